@@ -1,0 +1,77 @@
+"""The one configuration object of the decoder: shapes of the window, pool and guesses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+METHODS = ("lookahead", "jacobi")
+ON_UNSUPPORTED = ("error", "fallback")
+
+
+def _check_int(name: str, value, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"LookaheadConfig.{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"LookaheadConfig.{name} must be {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    """Shape of one lookahead decoding step.
+
+    Each step feeds the model ``1 + (ngram - 1) * window + (at most guesses * (ngram - 1))``
+    tokens in one forward pass (fewer when guesses share prefixes: they are merged into a trie).
+
+    Attributes:
+        window: W, columns of the Jacobi window: how many future positions are guessed and
+            refined in parallel each step. 0 turns the window off (then only the pool and the
+            prompt propose guesses).
+        ngram: N, length of the n-grams read off the window's trajectories; the window keeps
+            N - 1 levels (Jacobi iterations) and every guess is N - 1 tokens long.
+        guesses: G, the most candidate continuations verified per step, and the most kept per
+            key in the n-gram pool. 0 turns verification of pool guesses off.
+        method: ``"lookahead"`` (window + pool + verification) or ``"jacobi"`` (plain Jacobi
+            decoding: one level of guesses iterated to its fixed point, no pool).
+        pool_capacity: how many distinct keys the n-gram pool holds (rounded up to a power of
+            two). A full neighbourhood evicts its least recently touched key, so memory stays
+            bounded at ``pool_capacity * guesses * (ngram - 1)`` int32 tokens.
+        prompt_ngrams: also fill the pool with the n-grams of the prompt and of the accepted
+            text (prompt lookup folded into the pool).
+        on_unsupported: what to do with a model whose attention cannot take the lookahead mask:
+            ``"error"`` raises ``NotImplementedError``; ``"fallback"`` warns and runs plain
+            ``model.generate``.
+    """
+
+    window: int = 4
+    ngram: int = 4
+    guesses: int = 4
+    method: str = "lookahead"
+    pool_capacity: int = 1 << 14
+    prompt_ngrams: bool = True
+    on_unsupported: str = "error"
+
+    def __post_init__(self) -> None:
+        _check_int("window", self.window, 0, 256)
+        _check_int("ngram", self.ngram, 2, 32)
+        _check_int("guesses", self.guesses, 0, 256)
+        _check_int("pool_capacity", self.pool_capacity, 1, 1 << 26)
+        if self.method not in METHODS:
+            raise ValueError(f"LookaheadConfig.method must be one of {METHODS}, got {self.method!r}")
+        if self.on_unsupported not in ON_UNSUPPORTED:
+            raise ValueError(
+                f"LookaheadConfig.on_unsupported must be one of {ON_UNSUPPORTED}, got {self.on_unsupported!r}"
+            )
+        if not isinstance(self.prompt_ngrams, bool):
+            raise TypeError(f"LookaheadConfig.prompt_ngrams must be a bool, got {self.prompt_ngrams!r}")
+        if self.method == "jacobi" and self.window == 0:
+            raise ValueError("LookaheadConfig.window must be >= 1 with method='jacobi', got 0")
+
+    @property
+    def levels(self) -> int:
+        """Levels of the Jacobi window: 1 for plain Jacobi decoding, else ngram - 1."""
+        return 1 if self.method == "jacobi" else self.ngram - 1
+
+    @property
+    def uses_pool(self) -> bool:
+        return self.method == "lookahead" and self.guesses > 0

@@ -1,0 +1,67 @@
+"""Per-call statistics: how many forwards a generation took and where its time went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LookaheadStats:
+    """Filled in by one ``lookahead.generate`` call (pass one in as ``lookahead_stats=``).
+
+    Attributes:
+        forwards: model forward passes, the prompt's prefill included.
+        new_tokens: tokens appended to the prompt.
+        steps: decoding steps (forwards after the prefill).
+        accepted: histogram, ``accepted[k]`` = number of steps that appended k tokens.
+        pool_lookups / pool_hits: steps that asked the pool / that got at least one guess.
+        guess_tokens: tokens fed as guesses (window + candidates), summed over steps.
+        forward_s: seconds spent inside the model's forward (prefill included).
+        total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.
+        fallback: True when the call ran plain ``model.generate`` instead.
+    """
+
+    forwards: int = 0
+    new_tokens: int = 0
+    steps: int = 0
+    accepted: list[int] = field(default_factory=list)
+    pool_lookups: int = 0
+    pool_hits: int = 0
+    guess_tokens: int = 0
+    forward_s: float = 0.0
+    total_s: float = 0.0
+    fallback: bool = False
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Step compression: new tokens per forward pass (1.0 for plain greedy decoding)."""
+        return self.new_tokens / self.forwards if self.forwards else 0.0
+
+    @property
+    def overhead_s(self) -> float:
+        return max(self.total_s - self.forward_s, 0.0)
+
+    @property
+    def overhead_share(self) -> float:
+        return self.overhead_s / self.total_s if self.total_s else 0.0
+
+    def record_step(self, appended: int) -> None:
+        if appended >= len(self.accepted):
+            self.accepted.extend([0] * (appended + 1 - len(self.accepted)))
+        self.accepted[appended] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "forwards": self.forwards,
+            "new_tokens": self.new_tokens,
+            "steps": self.steps,
+            "tokens_per_forward": self.tokens_per_forward,
+            "accepted": list(self.accepted),
+            "pool_lookups": self.pool_lookups,
+            "pool_hits": self.pool_hits,
+            "guess_tokens": self.guess_tokens,
+            "forward_s": self.forward_s,
+            "total_s": self.total_s,
+            "overhead_share": self.overhead_share,
+            "fallback": self.fallback,
+        }
