@@ -4,8 +4,17 @@
 what it returns, token for token, in fewer forward passes.
 """
 
+from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
 from lookahead.config import LookaheadConfig
 from lookahead.stats import LookaheadStats
+from lookahead.support import Unsupported
 
-__all__ = ["LookaheadConfig", "LookaheadStats"]
+__all__ = [
+    "LookaheadConfig",
+    "LookaheadDecoderOnlyOutput",
+    "LookaheadStats",
+    "Unsupported",
+    "custom_generate",
+    "generate",
+]
 __version__ = "0.1.0"

@@ -1,0 +1,153 @@
+"""The public entry points: ``generate`` and the ``custom_generate`` callable for transformers."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from lookahead.config import LookaheadConfig
+from lookahead.decode import lookahead_decode
+from lookahead.stats import LookaheadStats
+from lookahead.support import Unsupported, check_model, check_request
+from lookahead.verify import GreedyRule
+
+# generate() keywords this package adds; everything else goes to model.generate untouched.
+_OWN_KEYWORDS = ("lookahead_config", "lookahead_stats", "lookahead_streamer")
+
+
+@dataclass
+class LookaheadDecoderOnlyOutput(GenerateDecoderOnlyOutput):
+    """``GenerateDecoderOnlyOutput`` plus the call's ``lookahead_stats``."""
+
+    lookahead_stats: LookaheadStats | None = None
+
+
+def _check_inputs(inputs, kwargs) -> None:
+    ids = inputs if inputs is not None else kwargs.get("input_ids")
+    if ids is None:
+        raise ValueError("input_ids must be given (as `inputs` or `input_ids=`): a LongTensor of shape [1, length]")
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor of shape [1, length], got {type(ids).__name__}")
+    if ids.dtype not in (torch.long, torch.int32, torch.int64):
+        raise TypeError(f"input_ids must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"input_ids must be 2-D [batch, length], got shape {tuple(ids.shape)}")
+    if ids.shape[1] == 0:
+        raise ValueError("input_ids must hold at least one token, got length 0")
+    if ids.shape[0] != 1:
+        raise ValueError(f"input_ids must have batch size 1 (batching is not supported yet), got {ids.shape[0]}")
+    new = kwargs.get("max_new_tokens")
+    if new is not None and (isinstance(new, bool) or not isinstance(new, int)):
+        raise TypeError(f"max_new_tokens must be an int, got {type(new).__name__} {new!r}")
+    if new is not None and new <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {new}")
+
+
+def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: LookaheadConfig | None = None,
+             lookahead_stats: LookaheadStats | None = None, streamer=None, **kwargs):
+    """Generate like ``model.generate``, with lookahead decoding.
+
+    Takes what ``model.generate`` takes (``input_ids``/``inputs``, ``attention_mask``,
+    ``max_new_tokens``, ``generation_config``, ``logits_processor``, ``stopping_criteria``,
+    ``stop_strings`` with ``tokenizer``, ``streamer``, ``return_dict_in_generate`` ...) and
+    returns what it returns: the same tokens as greedy decoding. Extra keywords:
+
+    Args:
+        lookahead_config: window, n-gram and guess sizes (default ``LookaheadConfig()``).
+        lookahead_stats: a ``LookaheadStats`` to fill with forwards, tokens per forward,
+            accepted-length histogram, pool hits and timings. With
+            ``return_dict_in_generate=True`` the output also carries them.
+    """
+    if lookahead_config is None:
+        lookahead_config = LookaheadConfig()
+    if not isinstance(lookahead_config, LookaheadConfig):
+        raise TypeError(f"lookahead_config must be a LookaheadConfig, got {type(lookahead_config).__name__}")
+    if lookahead_stats is not None and not isinstance(lookahead_stats, LookaheadStats):
+        raise TypeError(f"lookahead_stats must be a LookaheadStats, got {type(lookahead_stats).__name__}")
+    if "custom_generate" in kwargs:
+        raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
+    _check_inputs(inputs, kwargs)
+    return model.generate(
+        inputs, custom_generate=custom_generate, lookahead_config=lookahead_config,
+        lookahead_stats=lookahead_stats, lookahead_streamer=streamer, **kwargs,
+    )
+
+
+def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                    synced_gpus=False, streamer=None, tokenizer=None, lookahead_config=None,
+                    lookahead_stats=None, lookahead_streamer=None, **model_kwargs):
+    """Decoding method for ``model.generate(..., custom_generate=lookahead.custom_generate)``.
+
+    transformers prepares processors, stopping criteria (``stop_strings`` too: this
+    signature names ``tokenizer`` so transformers passes it on) and an empty cache, then
+    calls this. transformers drops ``streamer`` on this path: pass ``lookahead_streamer=``.
+    """
+    started = time.perf_counter()
+    config = lookahead_config if lookahead_config is not None else LookaheadConfig()
+    stats = lookahead_stats if lookahead_stats is not None else LookaheadStats()
+    streamer = lookahead_streamer if lookahead_streamer is not None else streamer
+    check_request(generation_config, input_ids.shape[0])
+    if generation_config.do_sample:
+        raise Unsupported("do_sample=True is not supported by lookahead decoding yet")
+    try:
+        check_model(model)
+    except Unsupported as err:
+        if config.on_unsupported == "error":
+            raise
+        warnings.warn(f"{err}; falling back to plain model.generate", stacklevel=3)
+        return _fallback(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                         streamer, stats, started, model_kwargs)
+    _drop_generate_only(model_kwargs)
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
+    keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
+    rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
+    try:
+        seq = lookahead_decode(
+            model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
+            streamer=streamer, keep_scores=keep_scores, keep_logits=keep_logits, **model_kwargs,
+        )
+    finally:
+        if streamer is not None:
+            streamer.end()
+    stats.total_s = time.perf_counter() - started
+    if not generation_config.return_dict_in_generate:
+        return seq.ids
+    return LookaheadDecoderOnlyOutput(
+        sequences=seq.ids,
+        scores=tuple(seq.scores) if keep_scores else None,
+        logits=tuple(seq.logits) if keep_logits else None,
+        past_key_values=model_kwargs.get("cache"),
+        lookahead_stats=stats,
+    )
+
+
+def _drop_generate_only(model_kwargs: dict) -> None:
+    """Remove what ``generate`` prepares for plain decoding and the decoder sets itself."""
+    model_kwargs.pop("use_cache", None)
+    model_kwargs.pop("logits_to_keep", None)
+    unknown = set(model_kwargs) - {"attention_mask", "position_ids", "cache"}
+    if unknown:
+        raise Unsupported(f"lookahead decoding does not take the model inputs {sorted(unknown)}")
+
+
+def _fallback(model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, stats,
+              started, model_kwargs):
+    """Plain decoding with transformers' own loop, for models lookahead cannot serve."""
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    out = type(model)._sample(
+        model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+        generation_config=generation_config, streamer=streamer, **model_kwargs,
+    )
+    sequences = out if isinstance(out, torch.Tensor) else out.sequences
+    stats.fallback = True
+    stats.new_tokens = sequences.shape[1] - input_ids.shape[1]
+    stats.forwards = stats.new_tokens
+    stats.total_s = time.perf_counter() - started
+    return out

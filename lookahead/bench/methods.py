@@ -1,0 +1,171 @@
+"""The decoding methods the benchmark compares, and how one run of each is measured.
+
+A method is a function ``(model, input_ids, settings) -> (output, stats)``: ``output`` is what
+``model.generate`` returns, ``stats`` a :class:`lookahead.LookaheadStats` when the method fills
+one (then its counts are used), else ``None`` (then forward hooks measure it). New methods are
+added to :data:`METHODS`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lookahead.bench import probes
+
+
+class MethodUnavailable(RuntimeError):
+    """The method cannot run in this installation (e.g. the engine is missing)."""
+
+
+@dataclass
+class Settings:
+    """What every method is asked to do for one prompt (the same for all of them)."""
+
+    max_new_tokens: int = 128
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    pad_token_id: int | None = None
+    shape: dict = field(default_factory=dict)  # window / ngram / guesses given on the command line
+    prompt_lookup_num_tokens: int = 10
+    max_matching_ngram_size: int = 2
+
+    def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
+        kwargs = {
+            "attention_mask": torch.ones_like(input_ids),
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": self.do_sample,
+        }
+        if self.do_sample:
+            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
+        if self.pad_token_id is not None:
+            kwargs["pad_token_id"] = self.pad_token_id
+        return kwargs
+
+    def lookahead_config(self, method: str):
+        import lookahead
+
+        return lookahead.LookaheadConfig(method=method, **self.shape)
+
+
+@dataclass
+class RunResult:
+    """One method on one prompt."""
+
+    tokens: list[int]
+    forwards: int
+    forward_s: float
+    wall_s: float
+    steps: int | None  # decoding steps after the prefill
+    accepted_steps: int | None  # of those, steps that accepted a guessed token (appended > 1)
+    peak_mem_mb: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.tokens)
+
+
+def run_greedy(model, input_ids, settings: Settings):
+    return model.generate(input_ids, **settings.generate_kwargs(input_ids)), None
+
+
+def run_prompt_lookup(model, input_ids, settings: Settings):
+    kwargs = settings.generate_kwargs(input_ids)
+    kwargs["prompt_lookup_num_tokens"] = settings.prompt_lookup_num_tokens
+    kwargs["max_matching_ngram_size"] = settings.max_matching_ngram_size
+    return model.generate(input_ids, **kwargs), None
+
+
+def _engine():
+    import lookahead
+
+    generate = getattr(lookahead, "generate", None)
+    if generate is None:
+        raise MethodUnavailable("lookahead.generate is not available in this build of the package")
+    return lookahead, generate
+
+
+def _run_engine(model, input_ids, settings: Settings, method: str):
+    lookahead, generate = _engine()
+    stats = lookahead.LookaheadStats()
+    out = generate(
+        model,
+        input_ids,
+        lookahead_config=settings.lookahead_config(method),
+        lookahead_stats=stats,
+        **settings.generate_kwargs(input_ids),
+    )
+    return out, stats
+
+
+def run_lookahead(model, input_ids, settings: Settings):
+    return _run_engine(model, input_ids, settings, "lookahead")
+
+
+def run_jacobi(model, input_ids, settings: Settings):
+    return _run_engine(model, input_ids, settings, "jacobi")
+
+
+METHODS = {
+    "greedy": run_greedy,
+    "lookahead": run_lookahead,
+    "jacobi": run_jacobi,
+    "prompt-lookup": run_prompt_lookup,
+}
+ENGINE_METHODS = ("lookahead", "jacobi")
+BASELINE = "greedy"
+
+
+def available(name: str) -> bool:
+    """Whether a method can run here (the engine methods need ``lookahead.generate``)."""
+    if name not in METHODS:
+        return False
+    if name in ENGINE_METHODS and METHODS[name] in (run_lookahead, run_jacobi):
+        try:
+            _engine()
+        except MethodUnavailable:
+            return False
+    return True
+
+
+def _sequences(out) -> torch.Tensor:
+    return out if isinstance(out, torch.Tensor) else out.sequences
+
+
+def measure(name: str, model, input_ids: torch.Tensor, settings: Settings) -> RunResult:
+    """Run one method on one prompt: seeded, timed end to end, forwards and memory recorded."""
+    fn = METHODS[name]
+    prompt_len = input_ids.shape[1]
+    torch.manual_seed(settings.seed)
+    probes.reset_peak_memory(model)
+    probes.synchronize(model)
+    with probes.ForwardProbe(model) as probe, torch.inference_mode():
+        t0 = time.perf_counter()
+        out, stats = fn(model, input_ids, settings)
+        probes.synchronize(model)
+        wall = time.perf_counter() - t0
+    tokens = _sequences(out)[0, prompt_len:].tolist()
+    peak = probes.peak_memory_mb(model)
+    if stats is not None and stats.forwards > 0:
+        return _from_stats(tokens, stats, wall, peak)
+    return _from_probe(tokens, probe, prompt_len, wall, peak)
+
+
+def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
+    accepted = sum(stats.accepted[2:]) if stats.accepted else None
+    extra = {"pool_hits": stats.pool_hits, "pool_lookups": stats.pool_lookups, "fallback": stats.fallback}
+    return RunResult(tokens, stats.forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra)
+
+
+def _from_probe(tokens, probe: probes.ForwardProbe, prompt_len: int, wall: float, peak: float) -> RunResult:
+    appended = probe.appended_per_forward(prompt_len, prompt_len + len(tokens))
+    steps = accepted = None
+    if appended is not None:
+        steps = len(appended) - 1
+        accepted = sum(1 for a in appended[1:] if a > 1)
+    return RunResult(tokens, probe.forwards, probe.forward_s, wall, steps, accepted, peak)

@@ -1,0 +1,159 @@
+"""Aggregates, the summary table and the JSON document (schema in docs/bench.md)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from lookahead.bench.runner import Record
+
+SCHEMA_VERSION = 1
+# The stable keys other tools read; docs/bench.md documents them. Extra keys may follow them.
+METHOD_KEYS = (
+    "new_tokens",
+    "forwards",
+    "tokens_per_forward",
+    "wall_s",
+    "tokens_per_s",
+    "speedup",
+    "median_speedup",
+    "acceptance_rate",
+    "overhead_share",
+    "mismatches",
+)
+PROMPT_KEYS = ("id", "method", "new_tokens", "forwards", "wall_s", "first_mismatch")
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def per_prompt_speedups(records: list[Record], label: str, baseline: str) -> dict[str, float]:
+    """Baseline wall time over this label's, per prompt id."""
+    base = {r.prompt_id: r.result.wall_s for r in records if r.label == baseline}
+    return {
+        r.prompt_id: base[r.prompt_id] / r.result.wall_s
+        for r in records
+        if r.label == label and r.prompt_id in base and r.result.wall_s > 0
+    }
+
+
+def summarize(records: list[Record], label: str, baseline: str | None, exactness: bool) -> dict:
+    """The per-method block of the JSON document."""
+    rows = [r.result for r in records if r.label == label]
+    new = sum(r.new_tokens for r in rows)
+    forwards = sum(r.forwards for r in rows)
+    wall = sum(r.wall_s for r in rows)
+    forward_s = sum(r.forward_s for r in rows)
+    base_wall = sum(r.result.wall_s for r in records if r.label == baseline) if baseline else 0.0
+    speedups = list(per_prompt_speedups(records, label, baseline).values()) if baseline else []
+    known = [r for r in rows if r.steps is not None and r.accepted_steps is not None]
+    steps = sum(r.steps for r in known)
+    mismatched = [r for r in records if r.label == label and r.first_mismatch is not None]
+    return {
+        "new_tokens": new,
+        "forwards": forwards,
+        "tokens_per_forward": _ratio(new, forwards),
+        "wall_s": wall,
+        "tokens_per_s": _ratio(new, wall),
+        "speedup": _ratio(base_wall, wall) if baseline else None,
+        "median_speedup": statistics.median(speedups) if speedups else None,
+        "acceptance_rate": _ratio(sum(r.accepted_steps for r in known), steps) if known and steps else None,
+        "overhead_share": max(1.0 - forward_s / wall, 0.0) if wall else None,
+        "mismatches": len(mismatched) if exactness else None,
+        # extra keys (documented, not part of the stable set)
+        "prompts": len(rows),
+        "forward_s": forward_s,
+        "peak_mem_mb": max((r.peak_mem_mb for r in rows), default=None),
+    }
+
+
+def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
+    result = record.result
+    base = base_wall.get(record.prompt_id)
+    return {
+        "id": record.prompt_id,
+        "method": record.label,
+        "new_tokens": result.new_tokens,
+        "forwards": result.forwards,
+        "wall_s": result.wall_s,
+        "first_mismatch": record.first_mismatch,
+        # extra keys
+        "prompt_tokens": record.prompt_tokens,
+        "tokens_per_forward": _ratio(result.new_tokens, result.forwards),
+        "speedup": _ratio(base, result.wall_s) if base is not None else None,
+        "forward_s": result.forward_s,
+        "steps": result.steps,
+        "accepted_steps": result.accepted_steps,
+        "peak_mem_mb": result.peak_mem_mb,
+        **result.extra,
+    }
+
+
+def document(config: dict, records: list[Record], labels: list[str], baseline: str | None, exactness: bool) -> dict:
+    """The whole JSON document: ``{"config", "methods", "prompts"}``."""
+    base_wall = {r.prompt_id: r.result.wall_s for r in records if r.label == baseline}
+    return {
+        "config": {"schema_version": SCHEMA_VERSION, **config},
+        "methods": {label: summarize(records, label, baseline, exactness) for label in labels},
+        "prompts": [prompt_entry(r, base_wall) for r in records],
+    }
+
+
+def write_json(doc: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+TABLE_COLUMNS = (
+    ("method", "method", "s"),
+    ("tokens", "new_tokens", "d"),
+    ("fwd", "forwards", "d"),
+    ("tok/fwd", "tokens_per_forward", ".2f"),
+    ("wall s", "wall_s", ".2f"),
+    ("tok/s", "tokens_per_s", ".1f"),
+    ("speedup", "speedup", ".2f"),
+    ("median", "median_speedup", ".2f"),
+    ("accept", "acceptance_rate", ".2f"),
+    ("overhead", "overhead_share", ".0%"),
+    ("peak MiB", "peak_mem_mb", ".0f"),
+    ("exact", "mismatches", ""),
+)
+
+
+def _cell(label: str, summary: dict, key: str, spec: str, n_prompts: int) -> str:
+    if key == "method":
+        return label
+    if key == "mismatches":
+        m = summary["mismatches"]
+        return "n/a" if m is None else ("yes" if m == 0 else f"NO {m}/{n_prompts}")
+    return _fmt(summary[key], spec)
+
+
+def table(doc: dict) -> str:
+    """A fixed-width summary table, one line per method."""
+    head = [name for name, _, _ in TABLE_COLUMNS]
+    rows = [
+        [_cell(label, s, key, spec, s["prompts"]) for _, key, spec in TABLE_COLUMNS]
+        for label, s in doc["methods"].items()
+    ]
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def mismatch_lines(doc: dict) -> list[str]:
+    """One loud line per method whose output differs from the baseline's."""
+    lines = []
+    for label, s in doc["methods"].items():
+        if s["mismatches"]:
+            firsts = [p for p in doc["prompts"] if p["method"] == label and p["first_mismatch"] is not None]
+            where = ", ".join(f"{p['id']}@{p['first_mismatch']}" for p in firsts[:5])
+            more = f" (+{len(firsts) - 5} more)" if len(firsts) > 5 else ""
+            lines.append(f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}")
+    return lines

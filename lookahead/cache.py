@@ -1,0 +1,67 @@
+"""Committing a step's accepted KV entries to the model's ``DynamicCache``.
+
+After a step's forward, every layer holds ``[committed prefix | q step entries]``. Only the
+root and the accepted path survive: their entries move down to just after the prefix, the
+rest is cut off. Nothing already committed is ever recomputed.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+SUPPORTED_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
+
+
+def check_cache(cache) -> None:
+    """Raise unless every layer is one whose entries can be moved and cut."""
+    if not isinstance(cache, DynamicCache):
+        raise NotImplementedError(
+            f"lookahead decoding needs a DynamicCache, got {type(cache).__name__}; "
+            "leave `cache`/`cache_implementation` unset"
+        )
+    for layer in cache.layers:
+        if type(layer) not in SUPPORTED_LAYERS:
+            raise NotImplementedError(
+                f"lookahead decoding cannot roll back cache layers of type {type(layer).__name__}"
+            )
+
+
+def prepare_cache(cache: DynamicCache) -> None:
+    """Make sliding-window layers keep a step's entries until ``commit`` trims them."""
+    for layer in cache.layers:
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            layer.activate_past_recording()
+
+
+def held_from(layer, past_len: int) -> int:
+    """First cache index a layer still holds (sliding layers keep only a recent stretch)."""
+    if isinstance(layer, DynamicSlidingWindowLayer) and layer.is_initialized:
+        return past_len - layer.keys.shape[-2]
+    return 0
+
+
+def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor) -> None:
+    """Keep the step entries at indices ``keep`` (long ``[k]``, increasing) after the prefix.
+
+    Every layer ends with ``past_len + k`` logical entries; sliding layers then hold only
+    their last ``sliding_window - 1``, as after plain decoding.
+    """
+    k = keep.shape[0]
+    contiguous = bool(keep[-1].item() == k - 1)
+    for layer in cache.layers:
+        if not layer.is_initialized:
+            continue
+        start = layer.keys.shape[-2] - step_len
+        if not contiguous:
+            src = keep + start
+            layer.keys[..., start: start + k, :] = layer.keys.index_select(-2, src)
+            layer.values[..., start: start + k, :] = layer.values.index_select(-2, src)
+        end = start + k
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            begin = max(end - layer.sliding_window + 1, 0)
+            layer.cumulative_length = past_len + k
+        else:
+            begin = 0
+        layer.keys = layer.keys[..., begin:end, :]
+        layer.values = layer.values[..., begin:end, :]

@@ -1,0 +1,159 @@
+"""The decode loop: one forward per step over ``[last token | window | guesses]``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from lookahead.cache import check_cache, commit, held_from, prepare_cache
+from lookahead.config import LookaheadConfig
+from lookahead.mask import StepMask
+from lookahead.pool import NgramPool
+from lookahead.stats import LookaheadStats
+from lookahead.tree import GuessTree
+from lookahead.verify import walk
+from lookahead.window import JacobiWindow
+
+
+def attention_groups(model, cache) -> tuple[dict, dict]:
+    """``({name: sliding window or None}, {name: a layer index})`` per attention kind."""
+    types = getattr(model.config, "layer_types", None)
+    names = list(dict.fromkeys(types)) if types and len(set(types)) > 1 else [None]
+    windows, index = {}, {}
+    for name in names:
+        i = types.index(name) if name is not None else 0
+        layer = cache.layers[i]
+        index[name] = i
+        windows[name] = layer.sliding_window if getattr(layer, "is_sliding", False) else None
+    return windows, index
+
+
+class Sequence:
+    """The growing token sequence of one generation, and what it reports on the way."""
+
+    def __init__(self, input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits):
+        self.ids = input_ids
+        self.tokens = input_ids[0].tolist()
+        self.stopping_criteria = stopping_criteria
+        self.streamer = streamer
+        self.stats = stats
+        self.scores = [] if keep_scores else None
+        self.logits = [] if keep_logits else None
+        self.done = False
+
+    def append(self, pick) -> None:
+        token = torch.tensor([[pick.token]], dtype=self.ids.dtype, device=self.ids.device)
+        self.ids = torch.cat([self.ids, token], dim=1)
+        self.tokens.append(pick.token)
+        self.stats.new_tokens += 1
+        if self.scores is not None:
+            self.scores.append(pick.scores)
+        if self.logits is not None:
+            self.logits.append(pick.logits)
+        if self.streamer is not None:
+            self.streamer.put(token[0].cpu())
+        scores = pick.scores if pick.scores is not None else pick.logits
+        self.done = bool(self.stopping_criteria(self.ids, scores).any())
+
+
+class Decoder:
+    """State of one lookahead generation over a batch of one sequence."""
+
+    def __init__(self, model, config: LookaheadConfig, rule, cache, stats: LookaheadStats):
+        self.model = model
+        self.config = config
+        self.rule = rule
+        self.cache = cache
+        self.stats = stats
+        self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity) if config.uses_pool else None
+        self.window: JacobiWindow | None = None
+        self.step_mask: StepMask | None = None
+
+    def forward(self, **inputs) -> torch.Tensor:
+        started = time.perf_counter()
+        out = self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs)
+        self.stats.forward_s += time.perf_counter() - started
+        self.stats.forwards += 1
+        return out.logits[0]
+
+    def prefill(self, seq: Sequence, attention_mask, position_ids) -> None:
+        """Run the prompt, pick the first token, and seed the window and the pool."""
+        logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids)
+        check_cache(self.cache)
+        prepare_cache(self.cache)
+        keep = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
+        self.past_keep = keep
+        prompt = np.asarray(seq.tokens, dtype=np.int64)[keep.cpu().numpy()]
+        self.rule.start(logits[-1:])
+        seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
+        self.position = int(position_ids[0, -1]) + 1
+        cfg = self.config
+        self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
+        windows, self.layer_index = attention_groups(self.model, self.cache)
+        self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.model.dtype, logits.device)
+        if self.pool is not None and cfg.prompt_ngrams:
+            self.pool.insert_text(prompt)
+
+    def step(self, seq: Sequence) -> None:
+        """One forward: propose, verify, append what holds, commit its cache entries."""
+        last = seq.tokens[-1]
+        past_len = len(seq.tokens) - 1
+        tree = GuessTree.build(self.window.chain, 1 + self.window.size, self._guesses(last))
+        sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
+        offsets, mask = self.step_mask.build(tree, sizes, self.past_keep[:past_len])
+        ids = np.concatenate([[last], self.window.tokens.reshape(-1), tree.tokens])
+        ids = torch.from_numpy(ids).to(seq.ids.device)[None]
+        logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=(self.position + offsets)[None])
+        self.stats.steps += 1
+        self.stats.guess_tokens += ids.shape[1] - 1
+
+        self.rule.start(logits)
+        keep = []
+        for node, pick in walk(tree, self.rule, lambda: seq.ids):
+            keep.append(node)
+            seq.append(pick)
+            if seq.done:
+                break
+        accepted = len(keep)
+        self.stats.record_step(accepted)
+        commit(self.cache, past_len, ids.shape[1], torch.tensor(keep, device=logits.device))
+        self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
+        self.position += accepted
+        self._learn(seq, logits, accepted)
+
+    def _guesses(self, last: int):
+        if self.pool is None:
+            return None
+        cands = self.pool.lookup(last)
+        self.stats.pool_lookups += 1
+        self.stats.pool_hits += int(cands.shape[0] > 0)
+        return cands
+
+    def _learn(self, seq: Sequence, logits: torch.Tensor, accepted: int) -> None:
+        """Advance the window and file what this step taught into the pool."""
+        width = self.window.width
+        if width:
+            first = 1 + (self.window.levels - 1) * width
+            newest = logits[first: first + width].argmax(-1).cpu().numpy()
+            ngrams = self.window.advance(newest, accepted)
+            if self.pool is not None:
+                self.pool.insert(ngrams)
+        if self.pool is not None and self.config.prompt_ngrams:
+            tail = seq.tokens[-(accepted + self.config.ngram - 1):]
+            self.pool.insert_text(np.asarray(tail, dtype=np.int64))
+
+
+def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, streamer=None,
+                     attention_mask=None, position_ids=None, cache=None, keep_scores=False,
+                     keep_logits=False) -> Sequence:
+    """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop."""
+    if position_ids is None:
+        position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+    seq = Sequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
+    decoder = Decoder(model, config, rule, cache, stats)
+    decoder.prefill(seq, attention_mask, position_ids)
+    while not seq.done:
+        decoder.step(seq)
+    return seq

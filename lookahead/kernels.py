@@ -1,0 +1,184 @@
+"""Numba kernels: the n-gram pool's hash table and the merging of guesses into a trie.
+
+Pure functions over numpy arrays, compiled once with ``cache=True``. No torch here; the
+classes in ``pool.py`` and ``tree.py`` hold the arrays and call these.
+
+Pool table layout (``capacity`` slots, a power of two; ``M = ngram - 1``):
+
+    keys    int64[capacity]          key token of the slot, -1 = empty
+    stamps  int64[capacity]          clock value of the slot's last insert or lookup hit
+    counts  int32[capacity]          continuations held, <= guesses
+    conts   int32[capacity, G, M]    continuations, oldest first, newest at counts-1
+    clock   int64[1]                 ticks once per insert / lookup
+
+A key probes at most ``PROBE`` consecutive slots. When all of them hold other keys, the
+least recently touched of them is evicted: memory is fixed, and old keys go first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+PROBE = 8
+_EMPTY = -1
+
+
+@njit(cache=True, inline="always")
+def _home(key, mask):
+    h = (key * np.int64(-7046029254386353131)) ^ (key >> np.int64(29))
+    return h & mask
+
+
+@njit(cache=True)
+def _find_slot(keys, stamps, key, create):
+    """Slot holding ``key``; with ``create``, a free or evicted slot for it; else -1."""
+    mask = keys.shape[0] - 1
+    home = _home(key, mask)
+    free = -1
+    oldest = home
+    for i in range(PROBE):
+        s = (home + i) & mask
+        if keys[s] == key:
+            return s
+        if keys[s] == _EMPTY:
+            if free < 0:
+                free = s
+        elif stamps[s] < stamps[oldest]:
+            oldest = s
+    if not create:
+        return -1
+    return free if free >= 0 else oldest
+
+
+@njit(cache=True)
+def _same(a, b):
+    for j in range(a.shape[0]):
+        if a[j] != b[j]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def pool_insert(keys, stamps, counts, conts, clock, ngrams):
+    """Insert rows ``ngrams[r] = (key, continuation...)``: int64[R, M + 1].
+
+    A continuation already held under its key moves to the newest place; a new one is
+    appended, dropping the key's oldest when ``G`` are held.
+    """
+    guesses = conts.shape[1]
+    if guesses == 0:
+        return
+    for r in range(ngrams.shape[0]):
+        key = ngrams[r, 0]
+        cont = ngrams[r, 1:]
+        clock[0] += 1
+        s = _find_slot(keys, stamps, key, True)
+        if keys[s] != key:
+            keys[s] = key
+            counts[s] = 0
+        stamps[s] = clock[0]
+        n = counts[s]
+        found = n
+        for g in range(n):
+            if _same(conts[s, g], cont):
+                found = g
+                break
+        if found == n and n == guesses:
+            found = 0
+        elif found == n:
+            counts[s] = n + 1
+            for j in range(cont.shape[0]):
+                conts[s, n, j] = cont[j]
+            continue
+        last = counts[s] - 1
+        for g in range(found, last):
+            conts[s, g] = conts[s, g + 1]
+        for j in range(cont.shape[0]):
+            conts[s, last, j] = cont[j]
+
+
+@njit(cache=True)
+def pool_lookup(keys, stamps, counts, conts, clock, key, out):
+    """Copy ``key``'s continuations into ``out[:n]``, newest first; return n."""
+    s = _find_slot(keys, stamps, key, False)
+    if s < 0:
+        return 0
+    clock[0] += 1
+    stamps[s] = clock[0]
+    n = min(counts[s], out.shape[0])
+    top = counts[s] - 1
+    for g in range(n):
+        out[g] = conts[s, top - g]
+    return n
+
+
+@njit(cache=True)
+def text_ngrams(tokens, start, n):
+    """All n-grams of ``tokens`` that end at index >= start + n - 1: int64[R, n]."""
+    first = max(start, 0)
+    rows = tokens.shape[0] - n + 1 - first
+    if rows <= 0:
+        return np.empty((0, n), dtype=np.int64)
+    out = np.empty((rows, n), dtype=np.int64)
+    for r in range(rows):
+        for j in range(n):
+            out[r, j] = tokens[first + r + j]
+    return out
+
+
+@njit(cache=True)
+def merge_trie(chain, cands, n_cands, base):
+    """Merge guesses into one trie rooted at the last token.
+
+    Global indices: 0 is the root (last accepted token), ``1 + i`` is the chain's i-th token
+    (the window's level 0, a path from the root), ``base + d`` the d-th new (draft) node.
+    Guesses sharing a prefix with the chain or with each other share its nodes.
+
+    Returns ``(tokens, parents, depths, anchors, attend)`` for the T draft nodes:
+    ``parents[d]`` global index of its parent, ``depths[d]`` distance from the root,
+    ``anchors[d]`` the nearest ancestor outside the draft (root or a chain node), and
+    ``attend[d, e]`` True where draft node e is d itself or one of its ancestors.
+    """
+    width = chain.shape[0]
+    m = cands.shape[1]
+    cap = n_cands * m
+    tokens = np.empty(cap, dtype=np.int64)
+    parents = np.empty(cap, dtype=np.int64)
+    depths = np.empty(cap, dtype=np.int64)
+    anchors = np.empty(cap, dtype=np.int64)
+    t = 0
+    for c in range(n_cands):
+        cur = 0
+        for j in range(m):
+            tok = cands[c, j]
+            nxt = -1
+            if cur < base:
+                i = cur
+                if i < width and chain[i] == tok:
+                    nxt = i + 1
+            if nxt < 0:
+                for d in range(t):
+                    if parents[d] == cur and tokens[d] == tok:
+                        nxt = base + d
+                        break
+            if nxt < 0:
+                tokens[t] = tok
+                parents[t] = cur
+                if cur < base:
+                    depths[t] = cur + 1
+                    anchors[t] = cur
+                else:
+                    depths[t] = depths[cur - base] + 1
+                    anchors[t] = anchors[cur - base]
+                nxt = base + t
+                t += 1
+            cur = nxt
+    attend = np.zeros((t, t), dtype=np.bool_)
+    for d in range(t):
+        attend[d, d] = True
+        p = parents[d]
+        if p >= base:
+            for e in range(d):
+                attend[d, e] = attend[p - base, e]
+    return tokens[:t], parents[:t], depths[:t], anchors[:t], attend

@@ -1,0 +1,112 @@
+"""Positions and the additive 4D attention mask of one step.
+
+The step's input is ``[root | window | draft]``. For W=3 columns and 2 levels (a0..a2,
+b0..b2), with draft nodes x (child of a0) and y (child of x); digits are offsets from the
+root's position, X = may attend (every row also attends the committed cache):
+
+          r a0 a1 a2 b0 b1 b2  x  y
+    r  0  X
+    a0 1  X  X
+    a1 2  X  X  X
+    a2 3  X  X  X  X
+    b0 2  X  X        X
+    b1 3  X  X  X        X
+    b2 4  X  X  X  X        X
+    x  2  X  X                 X
+    y  3  X  X                 X  X
+
+Level 0 is a causal chain from the root; a higher level l at column i sees level 0 up to
+column i and the column above it; a draft node sees the root, its chain anchor's prefix and
+its own ancestors. Masks are additive floats (0 = attend, dtype min = blocked), the one form
+that both ``eager`` and ``sdpa`` read correctly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lookahead.tree import GuessTree
+
+
+def window_layout(levels: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Offsets ``[1 + levels*width]`` and boolean attention ``[n, n]`` of root + window."""
+    n = 1 + levels * width
+    offsets = torch.zeros(n, dtype=torch.long)
+    allowed = torch.zeros(n, n, dtype=torch.bool)
+    allowed[:, 0] = True
+    for level in range(levels):
+        for col in range(width):
+            row = 1 + level * width + col
+            offsets[row] = 1 + col + level
+            allowed[row, 1: 2 + col] = True
+            for above in range(1, level + 1):
+                allowed[row, 1 + above * width + col] = True
+    return offsets, allowed
+
+
+class StepMask:
+    """Builds each step's positions and masks for one generation.
+
+    Args:
+        levels, width: window shape.
+        groups: attention kinds to build masks for, ``{name: sliding_window or None}``.
+            A single entry named ``None`` gives one tensor; named entries give a dict keyed
+            by layer type, which hybrid models (full + sliding layers) take.
+        dtype, device: of the model's activations.
+    """
+
+    def __init__(self, levels: int, width: int, groups: dict, dtype: torch.dtype, device):
+        offsets, allowed = window_layout(levels, width)
+        self.head_offsets = offsets.to(device)
+        self.head_allowed = allowed.to(device)
+        self.groups = groups
+        self.dtype = dtype
+        self.device = device
+        self.blocked = torch.finfo(dtype).min
+
+    def offsets(self, tree: GuessTree) -> torch.Tensor:
+        """Position of each input token minus the root's: long ``[q]``."""
+        depths = torch.from_numpy(tree.depths).to(self.device)
+        return torch.cat([self.head_offsets, depths])
+
+    def allowed(self, tree: GuessTree) -> torch.Tensor:
+        """Boolean ``[q, q]``: which step tokens each step token may attend."""
+        head = self.head_allowed
+        n, t = head.shape[0], tree.size
+        if t == 0:
+            return head
+        anchors = torch.from_numpy(tree.anchors).to(self.device)
+        top = torch.cat([head, head.new_zeros(n, t)], dim=1)
+        bottom = torch.cat([head[anchors], torch.from_numpy(tree.attend).to(self.device)], dim=1)
+        return torch.cat([top, bottom], dim=0)
+
+    def build(self, tree: GuessTree, sizes: dict, past_keep: torch.Tensor):
+        """Offsets and the mask(s) for the model.
+
+        Args:
+            tree: this step's guess tree.
+            sizes: ``{name: (kv_offset, past_len)}``: the first cache index the group's
+                layers still hold, and the committed cache length.
+            past_keep: bool ``[past_len]``, False at padding.
+
+        Returns:
+            ``(offsets [q], mask)``: ``mask`` is ``[1, 1, q, kv]`` or a dict of them.
+        """
+        offsets = self.offsets(tree)
+        allowed = self.allowed(tree)
+        masks = {}
+        for name, window in self.groups.items():
+            kv_offset, past_len = sizes[name]
+            past = past_keep[kv_offset:].expand(allowed.shape[0], -1)
+            new = allowed
+            if window is not None:
+                query = past_len + offsets
+                keys = torch.arange(kv_offset, past_len, device=self.device)
+                past = past & (query[:, None] - keys[None, :] < window)
+                new = new & (offsets[:, None] - offsets[None, :] < window)
+            keep = torch.cat([past, new], dim=1)
+            mask = torch.zeros(keep.shape, dtype=self.dtype, device=self.device)
+            masks[name] = mask.masked_fill_(~keep, self.blocked)[None, None]
+        if list(masks) == [None]:
+            return offsets, masks[None]
+        return offsets, masks

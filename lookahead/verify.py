@@ -1,0 +1,70 @@
+"""Verification: which guessed tokens the model itself would have produced.
+
+A walk starts at the root (the last accepted token). At each node a *rule* picks the token
+the model emits there, exactly as plain decoding would at that prefix; if a child of the node
+carries that token, the walk moves on to it, else it stops. Every node on the walk yields one
+token, so a walk over k matching guesses appends k + 1 tokens (the last one is free).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from lookahead.tree import GuessTree
+
+class Pick:
+    """A rule's decision at one node: the token, and the rows ``generate`` would report."""
+
+    __slots__ = ("token", "logits", "scores")
+
+    def __init__(self, token: int, logits: torch.Tensor | None, scores: torch.Tensor | None):
+        self.token = token
+        self.logits = logits
+        self.scores = scores
+
+
+class GreedyRule:
+    """Argmax of the processed logits, the processors seeing that node's exact prefix.
+
+    Without processors all argmaxes are taken in one call per step.
+    """
+
+    def __init__(self, processors, keep_rows: bool):
+        self.processors = processors
+        self.keep_rows = keep_rows or bool(processors)
+        self._preds: list[int] | None = None
+        self._logits: torch.Tensor | None = None
+
+    def start(self, logits: torch.Tensor) -> None:
+        """``logits``: ``[q, V]`` of this step (or ``[1, V]`` of the prefill)."""
+        self._logits = logits
+        self._preds = None if self.keep_rows else logits.argmax(-1).tolist()
+
+    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
+        if self._preds is not None:
+            return Pick(self._preds[node], None, None)
+        raw = self._logits[node: node + 1].float()
+        scores = self.processors(sequence, raw.clone()) if self.processors else raw
+        return Pick(int(scores.argmax(-1)), raw, scores)
+
+
+def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]]:
+    """Yield ``(node, pick)`` along the accepted path; ``sequence_fn()`` is the current sequence.
+
+    The caller appends each pick's token before asking for the next one, so every rule call
+    sees the exact prefix plain decoding would have had at that position.
+    """
+    kids = tree.children() if tree is not None else {}
+    options: dict[int, list[int]] = {}
+    for (parent, token) in kids:
+        options.setdefault(parent, []).append(token)
+    node = 0
+    while True:
+        pick = rule(node, sequence_fn(), options.get(node, []))
+        yield node, pick
+        child = kids.get((node, pick.token))
+        if child is None:
+            return
+        node = child
