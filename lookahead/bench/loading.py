@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 DTYPES = {
@@ -63,6 +65,10 @@ def load(
 def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or os.path.exists(path)
+    if looks_local and not os.path.isdir(os.path.expanduser(path)):
+        raise FileNotFoundError(f"--model {path!r}: no such model directory")
+    path = os.path.expanduser(path) if looks_local else path
     common = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
     tokenizer = AutoTokenizer.from_pretrained(path, **common)
     kwargs = dict(common)
