@@ -180,3 +180,17 @@ def test_usage_errors(tiny_model_dir, prompt_file, capsys):
 def test_real_engine_is_exact(tiny_model_dir, prompt_file, monkeypatch):
     argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead,jacobi", "--max-new-tokens", "16")
     assert cli.main(argv) == 0
+
+
+def test_engine_refusal_drops_the_method(tiny_model_dir, prompt_file, tmp_path, monkeypatch, capsys):
+    def refusing(model, input_ids, **kwargs):
+        raise NotImplementedError("do_sample=True is not supported")
+
+    monkeypatch.setattr(lookahead, "generate", refusing, raising=False)
+    out = tmp_path / "skip.json"
+    argv = bench(tiny_model_dir, prompt_file, "--sample", "--limit", "1", "--json", str(out))
+    assert cli.main(argv) == 0  # default methods: the refusal is reported, not fatal
+    assert "SKIPPED: lookahead" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert "lookahead" not in doc["methods"] and "lookahead" in doc["config"]["skipped"]
+    assert cli.main(argv + ["--methods", "lookahead"]) == cli.EXIT_USAGE  # asked for explicitly
