@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    args.started_at = time.gmtime()
     try:
         _check_common(args)
         return args.func(args)
@@ -202,7 +203,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
             "python": platform.python_version(),
         },
         "platform": {"system": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", args.started_at),
     }
 
 
@@ -214,12 +215,16 @@ def _resolved_shape(settings: methods.Settings) -> dict:
 
 
 def _measure(args, model, chosen, encoded, variants):
+    """Records, and the labels that ran (variants whose method cannot run here are dropped, loudly)."""
     from lookahead.bench import runner
 
-    return runner.run(
+    records, skipped = runner.run(
         model, chosen, encoded, variants,
         check_exact=not args.sample, warmup=not args.no_warmup, progress=not args.no_progress,
     )  # fmt: skip
+    for label, reason in skipped.items():
+        print(f"SKIPPED: {label}: {reason}", file=sys.stderr)
+    return records, [v.label for v in variants if v.label not in skipped], skipped
 
 
 def _finish(args, doc: dict) -> int:
@@ -249,8 +254,9 @@ def cmd_bench(args) -> int:
     if any(m in methods.ENGINE_METHODS for m in labels):
         settings.lookahead_config("lookahead")  # bad shapes fail before any measuring
     variants = [Variant(m, m, settings) for m in labels]
-    records = _measure(args, model, chosen, encoded, variants)
+    records, labels, skipped = _measure(args, model, chosen, encoded, variants)
     config = _config(args, model, chosen, encoded, labels, _resolved_shape(settings))
+    config["skipped"] = skipped
     doc = report.document(config, records, labels, methods.BASELINE, exactness=not args.sample)
     print(report.table(doc))
     if args.json:
@@ -261,7 +267,8 @@ def cmd_bench(args) -> int:
 
         plot.bench_plot(doc, args.plot)
         print(f"wrote {args.plot}")
-    return _finish(args, doc)
+    status = _finish(args, doc)
+    return status or (EXIT_USAGE if skipped and args.methods else 0)
 
 
 def cmd_sweep(args) -> int:
@@ -276,8 +283,10 @@ def cmd_sweep(args) -> int:
     variants = sweeping.grid_variants(settings, *grid, method=args.method)
     if len(variants) < 2:
         raise UsageError("no valid lookahead shape in the grid")
-    records = _measure(args, model, chosen, encoded, variants)
-    labels = [v.label for v in variants]
+    records, labels, skipped = _measure(args, model, chosen, encoded, variants)
+    variants = [v for v in variants if v.label in labels]
+    if len(variants) < 2:
+        raise methods.MethodUnavailable(f"{args.method} could not run any grid point: {next(iter(skipped.values()))}")
     shapes = dict(zip(("window", "ngram", "guesses"), (list(g) for g in grid)))
     config = _config(args, model, chosen, encoded, labels, {"method": args.method, "grid": shapes})
     doc = report.document(config, records, labels, methods.BASELINE, exactness=not args.sample)

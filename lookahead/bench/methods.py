@@ -93,13 +93,16 @@ def _engine():
 def _run_engine(model, input_ids, settings: Settings, method: str):
     lookahead, generate = _engine()
     stats = lookahead.LookaheadStats()
-    out = generate(
-        model,
-        input_ids,
-        lookahead_config=settings.lookahead_config(method),
-        lookahead_stats=stats,
-        **settings.generate_kwargs(input_ids),
-    )
+    try:
+        out = generate(
+            model,
+            input_ids,
+            lookahead_config=settings.lookahead_config(method),
+            lookahead_stats=stats,
+            **settings.generate_kwargs(input_ids),
+        )
+    except NotImplementedError as err:  # the engine's Unsupported: this model or request
+        raise MethodUnavailable(f"{method}: {err}") from err
     return out, stats
 
 
@@ -158,7 +161,13 @@ def measure(name: str, model, input_ids: torch.Tensor, settings: Settings) -> Ru
 
 def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
     accepted = sum(stats.accepted[2:]) if stats.accepted else None
-    extra = {"pool_hits": stats.pool_hits, "pool_lookups": stats.pool_lookups, "fallback": stats.fallback}
+    extra = {
+        "accepted_hist": list(stats.accepted),
+        "pool_hits": stats.pool_hits,
+        "pool_lookups": stats.pool_lookups,
+        "guess_tokens": stats.guess_tokens,
+        "fallback": stats.fallback,
+    }
     return RunResult(tokens, stats.forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra)
 
 

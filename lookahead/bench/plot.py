@@ -22,13 +22,13 @@ def _per_method(doc: dict, key: str) -> dict[str, list[float]]:
     return {label: v for label, v in values.items() if v}
 
 
-def _distribution(ax, values: dict[str, list[float]], title: str, ref: float | None) -> None:
+def _distribution(ax, values: dict[str, list[float]], title: str, ref: float | None, colors: dict) -> None:
     labels = list(values)
     ax.boxplot([values[k] for k in labels], showfliers=False)
     for i, label in enumerate(labels, 1):
         pts = values[label]
         xs = [i + 0.25 * ((j % 7) / 6 - 0.5) for j in range(len(pts))]
-        ax.scatter(xs, pts, s=10, alpha=0.6)
+        ax.scatter(xs, pts, s=10, alpha=0.6, color=colors.get(label, "C0"))
     ax.set_xticks(range(1, len(labels) + 1), labels, rotation=20)
     if ref is not None:
         ax.axhline(ref, color="grey", linestyle="--", linewidth=1)
@@ -40,9 +40,10 @@ def bench_plot(doc: dict, path: str) -> None:
     """Per-prompt speed-up over greedy and tokens per forward, one box per method."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    colors = {label: f"C{i % 10}" for i, label in enumerate(doc["methods"])}
     speedups = {k: v for k, v in _per_method(doc, "speedup").items() if k != doc["config"].get("baseline")}
-    _distribution(left, speedups or {"(none)": [0.0]}, "per-prompt wall speed-up vs greedy", 1.0)
-    _distribution(right, _per_method(doc, "tokens_per_forward"), "tokens per forward", 1.0)
+    _distribution(left, speedups or {"(none)": [0.0]}, "per-prompt wall speed-up vs greedy", 1.0, colors)
+    _distribution(right, _per_method(doc, "tokens_per_forward"), "tokens per forward", 1.0, colors)
     cfg = doc["config"]
     fig.suptitle(f"{cfg.get('model')} · {cfg.get('dtype')} · {cfg.get('prompts')} · {cfg.get('max_new_tokens')} new tokens")
     fig.tight_layout()

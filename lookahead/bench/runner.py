@@ -38,16 +38,23 @@ class Record:
     first_mismatch: int | None = None
 
 
-def warm_up(model, input_ids: torch.Tensor, variants: list[Variant]) -> None:
-    """One short run of each method: kernels, allocator and JIT-compiled code get ready."""
-    seen = set()
+def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str]) -> None:
+    """One short run of each method: kernels, allocator and JIT-compiled code get ready.
+
+    A method that cannot serve this model or request is noted in ``skipped`` (label -> reason).
+    """
+    seen: dict[tuple, str | None] = {}
     for variant in variants:
         key = (variant.method, tuple(sorted(variant.settings.shape.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        short = replace(variant.settings, max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens))
-        methods.measure(variant.method, model, input_ids, short)
+        if key not in seen:
+            short = replace(variant.settings, max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens))
+            try:
+                methods.measure(variant.method, model, input_ids, short)
+                seen[key] = None
+            except methods.MethodUnavailable as err:
+                seen[key] = str(err)
+        if seen[key] is not None:
+            skipped[variant.label] = seen[key]
 
 
 def run(
@@ -60,27 +67,41 @@ def run(
     check_exact: bool = True,
     warmup: bool = True,
     progress: bool = True,
-) -> list[Record]:
-    """Measure every variant on every prompt; mark where each output first differs from the baseline's."""
+) -> tuple[list[Record], dict[str, str]]:
+    """Measure every variant on every prompt; mark where each output first differs from the baseline's.
+
+    Returns the records and the variants dropped because their method cannot run here
+    (label -> reason); a dropped variant leaves no records.
+    """
     device = next(model.parameters()).device
     tensors = [torch.tensor([ids], dtype=torch.long, device=device) for ids in encoded]
+    skipped: dict[str, str] = {}
     if warmup and tensors:
-        warm_up(model, tensors[0], variants)
+        warm_up(model, tensors[0], variants, skipped)
     records = []
     bar = tqdm(total=len(prompts) * len(variants), desc="bench", unit="run", disable=not progress, file=sys.stderr)
     for i, (prompt, input_ids) in enumerate(zip(prompts, tensors)):
         row = []
         for variant in variants:
+            if variant.label in skipped:
+                bar.update(1)
+                continue
             bar.set_postfix_str(f"{prompt.id} {variant.label}", refresh=False)
             settings = replace(variant.settings, seed=variant.settings.seed + i)
-            result = methods.measure(variant.method, model, input_ids, settings)
+            try:
+                result = methods.measure(variant.method, model, input_ids, settings)
+            except methods.MethodUnavailable as err:
+                skipped[variant.label] = str(err)
+                records = [r for r in records if r.label != variant.label]
+                bar.update(1)
+                continue
             row.append(Record(prompt.id, variant.label, input_ids.shape[1], result))
             bar.update(1)
         if check_exact and baseline is not None:
             _mark_mismatches(row, baseline, bar)
         records.extend(row)
     bar.close()
-    return records
+    return records, skipped
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
