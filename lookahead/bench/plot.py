@@ -68,7 +68,8 @@ def sweep_heatmap(cells: list[dict], path: str, title: str = "") -> None:
         for i, row in enumerate(grid):
             for j, value in enumerate(row):
                 if value == value:  # not NaN
-                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=8)
+                    shade = "black" if value > 0.6 * max(vmax, 1.0) else "white"
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=shade, fontsize=8)
         ax.set_xticks(range(len(ngrams)), ngrams)
         ax.set_yticks(range(len(windows)), windows)
         ax.set_xlabel("ngram")
@@ -76,6 +77,6 @@ def sweep_heatmap(cells: list[dict], path: str, title: str = "") -> None:
         ax.set_title(f"guesses={g}")
     fig.colorbar(image, ax=axes[0].tolist(), label="speed-up vs greedy")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, y=1.04)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
