@@ -53,11 +53,13 @@ def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> Non
     g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: %(default)s)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="base seed; prompt i runs every method with seed+i (default: %(default)s)")
+    g = p.add_argument_group("measurement")
+    g.add_argument("--repeats", type=int, default=1, help="run each prompt's round R times; keep each method's median-time run (default: %(default)s)")
+    g.add_argument("--no-warmup", action="store_true", help="skip the warm-up run of each method")
     g = p.add_argument_group("output")
     g.add_argument("--json", metavar="PATH", default=None, help="write the full per-prompt record as JSON (see docs/bench.md)")
     g.add_argument("--strict", action="store_true", help="also fail on mismatches in bfloat16/float16 (float32 always fails)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.add_argument("--no-warmup", action="store_true", help="skip the warm-up run of each method")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_common(args) -> None:
-    if args.limit < 0 or args.max_new_tokens < 1:
-        raise UsageError("--limit must be >= 0 and --max-new-tokens >= 1")
+    if args.limit < 0 or args.max_new_tokens < 1 or args.repeats < 1:
+        raise UsageError("--limit must be >= 0, --max-new-tokens and --repeats >= 1")
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be >= 1")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
@@ -195,6 +197,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         "lookahead": shape,
         "sample": {"do_sample": args.sample, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
         "warmup": not args.no_warmup,
+        "repeats": args.repeats,
         "versions": {
             "lookahead": getattr(lookahead, "__version__", None),
             "torch": torch.__version__,
@@ -221,6 +224,7 @@ def _measure(args, model, chosen, encoded, variants):
     records, skipped = runner.run(
         model, chosen, encoded, variants,
         check_exact=not args.sample, warmup=not args.no_warmup, progress=not args.no_progress,
+        repeats=args.repeats,
     )  # fmt: skip
     for label, reason in skipped.items():
         print(f"SKIPPED: {label}: {reason}", file=sys.stderr)
@@ -246,6 +250,15 @@ def _finish(args, doc: dict) -> int:
     return EXIT_MISMATCH if fatal else 0
 
 
+def _plot(draw, data, path: str, **kwargs) -> None:
+    """A plot that cannot be drawn (no matplotlib, bad path) is a warning: the numbers are out already."""
+    try:
+        draw(data, path, **kwargs)
+        print(f"wrote {path}")
+    except (RuntimeError, OSError, ValueError) as err:
+        print(f"warning: no plot written to {path}: {err}", file=sys.stderr)
+
+
 def cmd_bench(args) -> int:
     labels = _select_methods(args.methods)
     shape = {k: v for k in ("window", "ngram", "guesses") if (v := getattr(args, k)) is not None}
@@ -265,8 +278,7 @@ def cmd_bench(args) -> int:
     if args.plot:
         from lookahead.bench import plot
 
-        plot.bench_plot(doc, args.plot)
-        print(f"wrote {args.plot}")
+        _plot(plot.bench_plot, doc, args.plot)
     status = _finish(args, doc)
     return status or (EXIT_USAGE if skipped and args.methods else 0)
 
@@ -304,8 +316,7 @@ def cmd_sweep(args) -> int:
     if args.plot:
         from lookahead.bench import plot
 
-        plot.sweep_heatmap(cells, args.plot, title=f"{config['model']} · {config['dtype']} · {args.prompts}")
-        print(f"wrote {args.plot}")
+        _plot(plot.sweep_heatmap, cells, args.plot, title=f"{config['model']} · {config['dtype']} · {args.prompts}")
     return _finish(args, doc)
 
 

@@ -149,10 +149,11 @@ def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkey
 def test_sample_mode_skips_exactness(tiny_model_dir, prompt_file, tmp_path):
     out = tmp_path / "s.json"
     argv = bench(tiny_model_dir, prompt_file, "--methods", "prompt-lookup", "--sample", "--temperature", "1.5",
-                 "--limit", "2", "--json", str(out))  # fmt: skip
+                 "--limit", "2", "--repeats", "2", "--json", str(out))  # fmt: skip
     assert cli.main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["methods"]["prompt-lookup"]["mismatches"] is None
+    assert len(doc["prompts"]) == 2 * 2 and doc["config"]["repeats"] == 2  # one record per prompt and method
     assert doc["config"]["sample"]["temperature"] == 1.5
 
 

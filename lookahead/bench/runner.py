@@ -67,41 +67,53 @@ def run(
     check_exact: bool = True,
     warmup: bool = True,
     progress: bool = True,
+    repeats: int = 1,
 ) -> tuple[list[Record], dict[str, str]]:
     """Measure every variant on every prompt; mark where each output first differs from the baseline's.
 
-    Returns the records and the variants dropped because their method cannot run here
-    (label -> reason); a dropped variant leaves no records.
+    With ``repeats`` > 1 each prompt's round (A B C) runs that many times and each variant keeps
+    its run of median wall time. Returns the records and the variants dropped because their
+    method cannot run here (label -> reason); a dropped variant leaves no records.
     """
     device = next(model.parameters()).device
     tensors = [torch.tensor([ids], dtype=torch.long, device=device) for ids in encoded]
     skipped: dict[str, str] = {}
     if warmup and tensors:
         warm_up(model, tensors[0], variants, skipped)
-    records = []
-    bar = tqdm(total=len(prompts) * len(variants), desc="bench", unit="run", disable=not progress, file=sys.stderr)
-    for i, (prompt, input_ids) in enumerate(zip(prompts, tensors)):
-        row = []
+    records: list[Record] = []
+    total = len(prompts) * len(variants) * repeats
+    with tqdm(total=total, desc="bench", unit="run", disable=not progress, file=sys.stderr) as bar:
+        for i, (prompt, input_ids) in enumerate(zip(prompts, tensors)):
+            runs = _round(model, prompt, input_ids, variants, i, repeats, skipped, bar)
+            row = [Record(prompt.id, label, input_ids.shape[1], _median_run(rs)) for label, rs in runs.items()]
+            if check_exact and baseline is not None:
+                _mark_mismatches(row, baseline, bar)
+            records.extend(row)
+    return [r for r in records if r.label not in skipped], skipped
+
+
+def _round(model, prompt, input_ids, variants, index, repeats, skipped, bar) -> dict[str, list]:
+    """Every variant on one prompt, ``repeats`` times over, interleaved."""
+    runs: dict[str, list[methods.RunResult]] = {}
+    for _ in range(repeats):
         for variant in variants:
-            if variant.label in skipped:
-                bar.update(1)
-                continue
-            bar.set_postfix_str(f"{prompt.id} {variant.label}", refresh=False)
-            settings = replace(variant.settings, seed=variant.settings.seed + i)
-            try:
-                result = methods.measure(variant.method, model, input_ids, settings)
-            except methods.MethodUnavailable as err:
-                skipped[variant.label] = str(err)
-                records = [r for r in records if r.label != variant.label]
-                bar.update(1)
-                continue
-            row.append(Record(prompt.id, variant.label, input_ids.shape[1], result))
+            if variant.label not in skipped:
+                bar.set_postfix_str(f"{prompt.id} {variant.label}", refresh=False)
+                settings = replace(variant.settings, seed=variant.settings.seed + index)
+                try:
+                    result = methods.measure(variant.method, model, input_ids, settings)
+                    runs.setdefault(variant.label, []).append(result)
+                except methods.MethodUnavailable as err:
+                    skipped[variant.label] = str(err)
+                    runs.pop(variant.label, None)
             bar.update(1)
-        if check_exact and baseline is not None:
-            _mark_mismatches(row, baseline, bar)
-        records.extend(row)
-    bar.close()
-    return records, skipped
+    return runs
+
+
+def _median_run(results: list[methods.RunResult]) -> methods.RunResult:
+    """The run of median wall time (the lower middle one for an even count)."""
+    ordered = sorted(results, key=lambda r: r.wall_s)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
