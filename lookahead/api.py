@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from dataclasses import dataclass
 
 import torch
+from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead.config import LookaheadConfig
@@ -71,20 +73,44 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     _check_inputs(inputs, kwargs)
+    _stop_strings_to_criteria(kwargs)
     return model.generate(
         inputs, custom_generate=custom_generate, lookahead_config=lookahead_config,
         lookahead_stats=lookahead_stats, lookahead_streamer=streamer, **kwargs,
     )
 
 
+def _stop_strings_to_criteria(kwargs: dict) -> None:
+    """Turn ``stop_strings`` + ``tokenizer`` into a stopping criterion.
+
+    transformers drops ``tokenizer`` before calling a ``custom_generate`` callable, so it
+    would refuse ``stop_strings``; the criterion it would have built is built here instead.
+    """
+    tokenizer = kwargs.pop("tokenizer", None)
+    stop = kwargs.pop("stop_strings", None)
+    config = kwargs.get("generation_config")
+    if stop is None and config is not None and config.stop_strings:
+        stop = config.stop_strings
+        kwargs["generation_config"] = config = copy.deepcopy(config)
+        config.stop_strings = None
+    if not stop:
+        return
+    if tokenizer is None:
+        raise ValueError(f"stop_strings={stop!r} needs the model's tokenizer: pass tokenizer=")
+    criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
+    criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop))
+    kwargs["stopping_criteria"] = criteria
+
+
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                    synced_gpus=False, streamer=None, tokenizer=None, lookahead_config=None,
-                    lookahead_stats=None, lookahead_streamer=None, **model_kwargs):
+                    synced_gpus=False, streamer=None, lookahead_config=None, lookahead_stats=None,
+                    lookahead_streamer=None, **model_kwargs):
     """Decoding method for ``model.generate(..., custom_generate=lookahead.custom_generate)``.
 
-    transformers prepares processors, stopping criteria (``stop_strings`` too: this
-    signature names ``tokenizer`` so transformers passes it on) and an empty cache, then
-    calls this. transformers drops ``streamer`` on this path: pass ``lookahead_streamer=``.
+    transformers prepares processors, stopping criteria and an empty cache, then calls this.
+    On this path transformers drops ``streamer`` and ``tokenizer``: pass the streamer as
+    ``lookahead_streamer=``, and stop strings as a ``StopStringCriteria`` in
+    ``stopping_criteria=`` (``lookahead.generate`` does both for you).
     """
     started = time.perf_counter()
     config = lookahead_config if lookahead_config is not None else LookaheadConfig()

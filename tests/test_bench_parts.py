@@ -95,6 +95,7 @@ def test_summaries_and_table():
     assert fast["tokens_per_forward"] == pytest.approx(20 / 9)
     assert fast["acceptance_rate"] == pytest.approx(2 / 3)  # prompt b's steps are unknown
     assert fast["overhead_share"] == pytest.approx(0.2)
+    assert fast["forward_cost"] == pytest.approx((1.2 / 9) / (3.2 / 20))  # mean forward time vs greedy's
     assert fast["mismatches"] == 1 and doc["methods"]["greedy"]["mismatches"] == 0
     assert list(fast)[: len(report.METHOD_KEYS)] == list(report.METHOD_KEYS)
     text = report.table(doc)

@@ -41,3 +41,16 @@ def tiny_model(family: str, backend: str = "sdpa", seed: int = 0):
     torch.manual_seed(seed)
     model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=backend)
     return model.eval()
+
+
+@lru_cache(maxsize=None)
+def tiny_tokenizer():
+    """A character-level fast tokenizer over the tiny models' vocabulary (ids 3.. are letters)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"[: VOCAB - 3]
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{ch: i + 3 for i, ch in enumerate(chars)}}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    core.decoder = decoders.Fuse()
+    return tf.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")

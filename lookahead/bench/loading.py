@@ -49,7 +49,10 @@ def load(
     torch_dtype = resolve_dtype(dtype)
     device = resolve_device(device)
     if model in (None, DEFAULT_MODEL):
-        from lookahead.default_model import load_default_model  # only needed without --model
+        try:
+            from lookahead.default_model import load_default_model  # only needed without --model
+        except ImportError as err:
+            raise FileNotFoundError(f"the embedded default model is not available ({err}); pass --model DIR") from err
 
         kwargs = {"device": device}
         if torch_dtype is not None:

@@ -38,6 +38,30 @@ def per_prompt_speedups(records: list[Record], label: str, baseline: str) -> dic
     }
 
 
+def _mean_forward_s(records: list[Record], label: str | None) -> float | None:
+    rows = [r.result for r in records if r.label == label]
+    return _ratio(sum(r.forward_s for r in rows), sum(r.forwards for r in rows))
+
+
+def _engine_extras(rows) -> dict:
+    """Pool hit rate, tokens fed per step and the accepted-length histogram, for engine methods."""
+    extras = [r.extra for r in rows if "accepted_hist" in r.extra]
+    if not extras:
+        return {}
+    hist: list[int] = []
+    for e in extras:
+        hist.extend([0] * (len(e["accepted_hist"]) - len(hist)))
+        for k, n in enumerate(e["accepted_hist"]):
+            hist[k] += n
+    steps = sum(r.steps or 0 for r in rows)
+    return {
+        "pool_hit_rate": _ratio(sum(e["pool_hits"] for e in extras), sum(e["pool_lookups"] for e in extras)),
+        "guess_tokens_per_step": _ratio(sum(e["guess_tokens"] for e in extras), steps),
+        "accepted_hist": hist,
+        "fallbacks": sum(1 for e in extras if e["fallback"]),
+    }
+
+
 def summarize(records: list[Record], label: str, baseline: str | None, exactness: bool) -> dict:
     """The per-method block of the JSON document."""
     rows = [r.result for r in records if r.label == label]
@@ -65,6 +89,8 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "prompts": len(rows),
         "forward_s": forward_s,
         "peak_mem_mb": max((r.peak_mem_mb for r in rows), default=None),
+        "forward_cost": _ratio(_mean_forward_s(records, label) or 0.0, _mean_forward_s(records, baseline) or 0.0),
+        **_engine_extras(rows),
     }
 
 
@@ -120,6 +146,7 @@ TABLE_COLUMNS = (
     ("speedup", "speedup", ".2f"),
     ("median", "median_speedup", ".2f"),
     ("accept", "acceptance_rate", ".2f"),
+    ("fwd cost", "forward_cost", ".2f"),
     ("overhead", "overhead_share", ".0%"),
     ("peak MiB", "peak_mem_mb", ".0f"),
     ("exact", "mismatches", ""),
