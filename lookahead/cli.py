@@ -195,6 +195,10 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         "methods": labels,
         "baseline": methods.BASELINE,
         "lookahead": shape,
+        "prompt_lookup": {
+            "prompt_lookup_num_tokens": methods.Settings.prompt_lookup_num_tokens,
+            "max_matching_ngram_size": methods.Settings.max_matching_ngram_size,
+        },
         "sample": {"do_sample": args.sample, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
         "warmup": not args.no_warmup,
         "repeats": args.repeats,
