@@ -15,7 +15,7 @@ from lookahead.config import LookaheadConfig
 from lookahead.decode import lookahead_decode
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported, check_model, check_request
-from lookahead.verify import GreedyRule
+from lookahead.verify import GreedyRule, SamplingRule
 
 # generate() keywords this package adds; everything else goes to model.generate untouched.
 _OWN_KEYWORDS = ("lookahead_config", "lookahead_stats", "lookahead_streamer")
@@ -50,7 +50,8 @@ def _check_inputs(inputs, kwargs) -> None:
 
 
 def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: LookaheadConfig | None = None,
-             lookahead_stats: LookaheadStats | None = None, streamer=None, **kwargs):
+             lookahead_stats: LookaheadStats | None = None, streamer=None,
+             generator: torch.Generator | None = None, **kwargs):
     """Generate like ``model.generate``, with lookahead decoding.
 
     Takes what ``model.generate`` takes (``input_ids``/``inputs``, ``attention_mask``,
@@ -63,7 +64,11 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         lookahead_stats: a ``LookaheadStats`` to fill with forwards, tokens per forward,
             accepted-length histogram, pool hits and timings. With
             ``return_dict_in_generate=True`` the output also carries them.
+        generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
+            so ``torch.manual_seed`` makes runs repeat).
     """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if lookahead_config is None:
         lookahead_config = LookaheadConfig()
     if not isinstance(lookahead_config, LookaheadConfig):
@@ -76,7 +81,7 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
     _stop_strings_to_criteria(kwargs)
     return model.generate(
         inputs, custom_generate=custom_generate, lookahead_config=lookahead_config,
-        lookahead_stats=lookahead_stats, lookahead_streamer=streamer, **kwargs,
+        lookahead_stats=lookahead_stats, lookahead_streamer=streamer, lookahead_generator=generator, **kwargs,
     )
 
 
@@ -104,7 +109,7 @@ def _stop_strings_to_criteria(kwargs: dict) -> None:
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
                     synced_gpus=False, streamer=None, lookahead_config=None, lookahead_stats=None,
-                    lookahead_streamer=None, **model_kwargs):
+                    lookahead_streamer=None, lookahead_generator=None, **model_kwargs):
     """Decoding method for ``model.generate(..., custom_generate=lookahead.custom_generate)``.
 
     transformers prepares processors, stopping criteria and an empty cache, then calls this.
@@ -117,8 +122,6 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     stats = lookahead_stats if lookahead_stats is not None else LookaheadStats()
     streamer = lookahead_streamer if lookahead_streamer is not None else streamer
     check_request(generation_config, input_ids.shape[0])
-    if generation_config.do_sample:
-        raise Unsupported("do_sample=True is not supported by lookahead decoding yet")
     try:
         check_model(model)
     except Unsupported as err:
@@ -132,7 +135,10 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         streamer.put(input_ids.cpu())
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
-    rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
+    if generation_config.do_sample:
+        rule = SamplingRule(logits_processor, lookahead_generator)
+    else:
+        rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
     try:
         seq = lookahead_decode(
             model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,

@@ -50,6 +50,40 @@ class GreedyRule:
         return Pick(int(scores.argmax(-1)), raw, scores)
 
 
+class SamplingRule:
+    """Speculative sampling with one-hot drafts: every emitted token is distributed exactly
+    as plain sampling from the processed distribution at that prefix would give it.
+
+    The node's children are drafts tried in order: draft x is accepted with probability
+    p(x); on rejection p(x) is set to 0 and p renormalised before the next draft; when none
+    is left the token is drawn from what remains. Hence P(emit x) = p(x) for every x.
+    """
+
+    def __init__(self, processors, generator: torch.Generator | None = None):
+        self.processors = processors
+        self.generator = generator
+        self._logits: torch.Tensor | None = None
+
+    def start(self, logits: torch.Tensor) -> None:
+        self._logits = logits
+
+    def _uniform(self, device) -> float:
+        return float(torch.rand((), generator=self.generator, device=device))
+
+    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
+        raw = self._logits[node: node + 1].float()
+        scores = self.processors(sequence, raw.clone()) if self.processors else raw
+        probs = torch.softmax(scores, dim=-1)[0]
+        for token in children:
+            p = float(probs[token])
+            if p > 0 and self._uniform(probs.device) < p:
+                return Pick(token, raw, scores)
+            probs[token] = 0
+            probs = probs / probs.sum()
+        token = int(torch.multinomial(probs, 1, generator=self.generator))
+        return Pick(token, raw, scores)
+
+
 def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]]:
     """Yield ``(node, pick)`` along the accepted path; ``sequence_fn()`` is the current sequence.
 
