@@ -37,7 +37,12 @@ class LookaheadConfig:
             two). A full neighbourhood evicts its least recently touched key, so memory stays
             bounded at ``pool_capacity * guesses * (ngram - 1)`` int32 tokens.
         prompt_ngrams: also fill the pool with the n-grams of the prompt and of the accepted
-            text (prompt lookup folded into the pool).
+            text.
+        copy_length: length of one more guess copied from the text itself (prompt and
+            accepted tokens) after the latest earlier occurrence of its last tokens: prompt
+            lookup, folded into the same trie. 0 turns it off.
+        copy_match: the most trailing tokens that copy lookup tries to match (it falls back
+            to fewer, down to one).
         on_unsupported: what to do with a model whose attention cannot take the lookahead mask:
             ``"error"`` raises ``NotImplementedError``; ``"fallback"`` warns and runs plain
             ``model.generate``.
@@ -49,6 +54,8 @@ class LookaheadConfig:
     method: str = "lookahead"
     pool_capacity: int = 1 << 14
     prompt_ngrams: bool = True
+    copy_length: int = 8
+    copy_match: int = 2
     on_unsupported: str = "error"
 
     def __post_init__(self) -> None:
@@ -56,6 +63,8 @@ class LookaheadConfig:
         _check_int("ngram", self.ngram, 2, 32)
         _check_int("guesses", self.guesses, 0, 256)
         _check_int("pool_capacity", self.pool_capacity, 1, 1 << 26)
+        _check_int("copy_length", self.copy_length, 0, 256)
+        _check_int("copy_match", self.copy_match, 1, 16)
         if self.method not in METHODS:
             raise ValueError(f"LookaheadConfig.method must be one of {METHODS}, got {self.method!r}")
         if self.on_unsupported not in ON_UNSUPPORTED:
@@ -75,3 +84,7 @@ class LookaheadConfig:
     @property
     def uses_pool(self) -> bool:
         return self.method == "lookahead" and self.guesses > 0
+
+    @property
+    def uses_copy(self) -> bool:
+        return self.method == "lookahead" and self.copy_length > 0

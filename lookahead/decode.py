@@ -7,6 +7,7 @@ import time
 import numpy as np
 import torch
 
+from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.mask import StepMask
@@ -36,12 +37,26 @@ class Sequence:
     def __init__(self, input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits):
         self.ids = input_ids
         self.tokens = input_ids[0].tolist()
+        self._buffer = np.empty(2 * len(self.tokens) + 64, dtype=np.int64)
+        self._buffer[: len(self.tokens)] = self.tokens
+        self._filled = len(self.tokens)
         self.stopping_criteria = stopping_criteria
         self.streamer = streamer
         self.stats = stats
         self.scores = [] if keep_scores else None
         self.logits = [] if keep_logits else None
         self.done = False
+
+    def array(self) -> np.ndarray:
+        """The tokens so far as int64 ``[len]`` (a view: valid until the next append)."""
+        n = len(self.tokens)
+        if self._buffer.shape[0] < n:
+            grown = np.empty(2 * n, dtype=np.int64)
+            grown[: self._filled] = self._buffer[: self._filled]
+            self._buffer = grown
+        self._buffer[self._filled: n] = self.tokens[self._filled: n]
+        self._filled = n
+        return self._buffer[:n]
 
     def append(self, pick) -> None:
         token = torch.tensor([[pick.token]], dtype=self.ids.dtype, device=self.ids.device)
@@ -68,6 +83,7 @@ class Decoder:
         self.cache = cache
         self.stats = stats
         self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity) if config.uses_pool else None
+        self._copy_out = np.empty(config.copy_length, dtype=np.int64)
         self.window: JacobiWindow | None = None
         self.step_mask: StepMask | None = None
 
@@ -80,7 +96,9 @@ class Decoder:
 
     def prefill(self, seq: Sequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
-        logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids)
+        keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids,
+                              **keep_last)
         check_cache(self.cache)
         prepare_cache(self.cache)
         keep = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
@@ -100,7 +118,7 @@ class Decoder:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         last = seq.tokens[-1]
         past_len = len(seq.tokens) - 1
-        tree = GuessTree.build(self.window.chain, 1 + self.window.size, self._guesses(last))
+        tree = GuessTree.build(self.window.chain, 1 + self.window.size, self._guesses(seq))
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
         offsets, mask = self.step_mask.build(tree, sizes, self.past_keep[:past_len])
         ids = np.concatenate([[last], self.window.tokens.reshape(-1), tree.tokens])
@@ -123,12 +141,25 @@ class Decoder:
         self.position += accepted
         self._learn(seq, logits, accepted)
 
-    def _guesses(self, last: int):
-        if self.pool is None:
-            return None
-        cands = self.pool.lookup(last)
-        self.stats.pool_lookups += 1
-        self.stats.pool_hits += int(cands.shape[0] > 0)
+    def _guesses(self, seq: Sequence) -> np.ndarray | None:
+        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then the pool's."""
+        cfg = self.config
+        pooled = copied = None
+        if self.pool is not None:
+            pooled = self.pool.lookup(seq.tokens[-1])
+            self.stats.pool_lookups += 1
+            self.stats.pool_hits += int(pooled.shape[0] > 0)
+        if cfg.uses_copy:
+            n = kernels.copy_guess(seq.array(), cfg.copy_match, cfg.copy_length, self._copy_out)
+            copied = self._copy_out[:n]
+        if copied is None or copied.shape[0] == 0:
+            return pooled
+        width = max(copied.shape[0], pooled.shape[1] if pooled is not None else 0)
+        rows = 1 + (pooled.shape[0] if pooled is not None else 0)
+        cands = np.full((rows, width), -1, dtype=np.int64)
+        cands[0, : copied.shape[0]] = copied
+        if rows > 1:
+            cands[1:, : pooled.shape[1]] = pooled
         return cands
 
     def _learn(self, seq: Sequence, logits: torch.Tensor, accepted: int) -> None:

@@ -128,12 +128,34 @@ def text_ngrams(tokens, start, n):
 
 
 @njit(cache=True)
+def copy_guess(tokens, max_match, length, out):
+    """Prompt lookup over the text itself: find the latest earlier occurrence of the text's
+    last k tokens (k from ``max_match`` down to 1) and copy up to ``length`` tokens that
+    followed it into ``out``. Returns how many were copied (0 when nothing matched)."""
+    n = tokens.shape[0]
+    for k in range(min(max_match, n - 1), 0, -1):
+        for start in range(n - k - 1, -1, -1):
+            same = True
+            for j in range(k):
+                if tokens[start + j] != tokens[n - k + j]:
+                    same = False
+                    break
+            if same:
+                m = min(length, n - start - k)
+                for j in range(m):
+                    out[j] = tokens[start + k + j]
+                return m
+    return 0
+
+
+@njit(cache=True)
 def merge_trie(chain, cands, n_cands, base):
     """Merge guesses into one trie rooted at the last token.
 
     Global indices: 0 is the root (last accepted token), ``1 + i`` is the chain's i-th token
     (the window's level 0, a path from the root), ``base + d`` the d-th new (draft) node.
-    Guesses sharing a prefix with the chain or with each other share its nodes.
+    Guesses sharing a prefix with the chain or with each other share its nodes. A guess
+    ends at its first negative token (rows of ``cands`` may differ in length).
 
     Returns ``(tokens, parents, depths, anchors, attend)`` for the T draft nodes:
     ``parents[d]`` global index of its parent, ``depths[d]`` distance from the root,
@@ -152,6 +174,8 @@ def merge_trie(chain, cands, n_cands, base):
         cur = 0
         for j in range(m):
             tok = cands[c, j]
+            if tok < 0:
+                break
             nxt = -1
             if cur < base:
                 i = cur

@@ -33,6 +33,8 @@ configs = st.builds(
     guesses=st.integers(0, 16),
     method=st.sampled_from(["lookahead", "lookahead", "jacobi"]),
     prompt_ngrams=st.booleans(),
+    copy_length=st.sampled_from([0, 1, 4, 8, 12]),
+    copy_match=st.integers(1, 3),
 )
 max_new_tokens = st.integers(1, 48)
 eos_ids = st.one_of(st.none(), tokens, st.lists(tokens, min_size=1, max_size=3))

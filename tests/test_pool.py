@@ -82,3 +82,22 @@ def test_zero_guesses_pool_is_empty():
     pool = NgramPool(3, 0)
     pool.insert(np.array([[1, 2, 3]], dtype=np.int64))
     assert pool.lookup(1).shape == (0, 2)
+
+
+@given(tokens=st.lists(st.integers(0, 5), min_size=1, max_size=40), match=st.integers(1, 3),
+       length=st.integers(1, 8))
+def test_copy_guess_follows_the_latest_longest_match(tokens, match, length):
+    from lookahead.kernels import copy_guess
+
+    arr = np.array(tokens, dtype=np.int64)
+    out = np.empty(length, dtype=np.int64)
+    got = out[: copy_guess(arr, match, length, out)].tolist()
+    expected = []
+    for k in range(min(match, len(tokens) - 1), 0, -1):
+        tail = tokens[-k:]
+        starts = [s for s in range(len(tokens) - k) if tokens[s:s + k] == tail]
+        if starts:
+            s = max(starts)
+            expected = tokens[s + k: s + k + length]
+            break
+    assert got == expected
