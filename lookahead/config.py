@@ -36,6 +36,8 @@ class LookaheadConfig:
         pool_capacity: how many distinct keys the n-gram pool holds (rounded up to a power of
             two). A full neighbourhood evicts its least recently touched key, so memory stays
             bounded at ``pool_capacity * guesses * (ngram - 1)`` int32 tokens.
+        context_tokens: 1 keys the pool by the last token alone; 2 also by the last two
+            tokens, whose continuations are tried first (more precise on code and text).
         prompt_ngrams: also fill the pool with the n-grams of the prompt and of the accepted
             text.
         copy_length: length of one more guess copied from the text itself (prompt and
@@ -53,6 +55,7 @@ class LookaheadConfig:
     guesses: int = 4
     method: str = "lookahead"
     pool_capacity: int = 1 << 14
+    context_tokens: int = 2
     prompt_ngrams: bool = True
     copy_length: int = 8
     copy_match: int = 2
@@ -63,6 +66,7 @@ class LookaheadConfig:
         _check_int("ngram", self.ngram, 2, 32)
         _check_int("guesses", self.guesses, 0, 256)
         _check_int("pool_capacity", self.pool_capacity, 1, 1 << 26)
+        _check_int("context_tokens", self.context_tokens, 1, 2)
         _check_int("copy_length", self.copy_length, 0, 256)
         _check_int("copy_match", self.copy_match, 1, 16)
         if self.method not in METHODS:

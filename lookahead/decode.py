@@ -82,7 +82,9 @@ class Decoder:
         self.rule = rule
         self.cache = cache
         self.stats = stats
-        self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity) if config.uses_pool else None
+        self.pool = None
+        if config.uses_pool:
+            self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
         self._copy_out = np.empty(config.copy_length, dtype=np.int64)
         self.window: JacobiWindow | None = None
         self.step_mask: StepMask | None = None
@@ -139,14 +141,15 @@ class Decoder:
         commit(self.cache, past_len, ids.shape[1], torch.tensor(keep, device=logits.device))
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
-        self._learn(seq, logits, accepted)
+        self._learn(seq, logits, accepted, last)
 
     def _guesses(self, seq: Sequence) -> np.ndarray | None:
         """Rows of guessed continuations (shorter rows end in -1): the copy guess, then the pool's."""
         cfg = self.config
         pooled = copied = None
         if self.pool is not None:
-            pooled = self.pool.lookup(seq.tokens[-1])
+            before = seq.tokens[-2] if len(seq.tokens) > 1 else -1
+            pooled = self.pool.lookup(seq.tokens[-1], before)
             self.stats.pool_lookups += 1
             self.stats.pool_hits += int(pooled.shape[0] > 0)
         if cfg.uses_copy:
@@ -162,18 +165,20 @@ class Decoder:
             cands[1:, : pooled.shape[1]] = pooled
         return cands
 
-    def _learn(self, seq: Sequence, logits: torch.Tensor, accepted: int) -> None:
+    def _learn(self, seq: Sequence, logits: torch.Tensor, accepted: int, root: int) -> None:
         """Advance the window and file what this step taught into the pool."""
         width = self.window.width
         if width:
             first = 1 + (self.window.levels - 1) * width
             newest = logits[first: first + width].argmax(-1).cpu().numpy()
+            # in its Jacobi context, column i of level 0 follows the root (i = 0) or column i - 1
+            before = np.concatenate([[root], self.window.chain[:-1]])
             ngrams = self.window.advance(newest, accepted)
             if self.pool is not None:
-                self.pool.insert(ngrams)
+                self.pool.insert(ngrams, before)
         if self.pool is not None and self.config.prompt_ngrams:
-            tail = seq.tokens[-(accepted + self.config.ngram - 1):]
-            self.pool.insert_text(np.asarray(tail, dtype=np.int64))
+            text = seq.array()
+            self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)
 
 
 def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, streamer=None,

@@ -60,18 +60,20 @@ def _same(a, b):
 
 
 @njit(cache=True)
-def pool_insert(keys, stamps, counts, conts, clock, ngrams):
-    """Insert rows ``ngrams[r] = (key, continuation...)``: int64[R, M + 1].
+def pool_insert(keys, stamps, counts, conts, clock, row_keys, row_conts):
+    """File continuation ``row_conts[r]`` (int64[R, M]) under key ``row_keys[r]``, in order.
 
     A continuation already held under its key moves to the newest place; a new one is
-    appended, dropping the key's oldest when ``G`` are held.
+    appended, dropping the key's oldest when ``G`` are held. Negative keys are skipped.
     """
     guesses = conts.shape[1]
     if guesses == 0:
         return
-    for r in range(ngrams.shape[0]):
-        key = ngrams[r, 0]
-        cont = ngrams[r, 1:]
+    for r in range(row_keys.shape[0]):
+        key = row_keys[r]
+        if key < 0:
+            continue
+        cont = row_conts[r]
         clock[0] += 1
         s = _find_slot(keys, stamps, key, True)
         if keys[s] != key:
@@ -99,32 +101,42 @@ def pool_insert(keys, stamps, counts, conts, clock, ngrams):
 
 
 @njit(cache=True)
-def pool_lookup(keys, stamps, counts, conts, clock, key, out):
-    """Copy ``key``'s continuations into ``out[:n]``, newest first; return n."""
+def pool_lookup(keys, stamps, counts, conts, clock, key, out, filled):
+    """Append ``key``'s continuations, newest first, to ``out[filled:]``, skipping any
+    already in ``out[:filled]``, until ``out`` is full; return the new fill."""
     s = _find_slot(keys, stamps, key, False)
     if s < 0:
-        return 0
+        return filled
     clock[0] += 1
     stamps[s] = clock[0]
-    n = min(counts[s], out.shape[0])
-    top = counts[s] - 1
-    for g in range(n):
-        out[g] = conts[s, top - g]
-    return n
+    held = filled
+    for g in range(counts[s] - 1, -1, -1):
+        if filled == out.shape[0]:
+            break
+        dup = False
+        for h in range(held):
+            if _same(out[h], conts[s, g]):
+                dup = True
+                break
+        if not dup:
+            out[filled] = conts[s, g]
+            filled += 1
+    return filled
 
 
 @njit(cache=True)
 def text_ngrams(tokens, start, n):
-    """All n-grams of ``tokens`` that end at index >= start + n - 1: int64[R, n]."""
+    """The n-grams of ``tokens`` starting at index >= start, and the token before each
+    (-1 at the text's start): ``(int64[R, n], int64[R])``."""
     first = max(start, 0)
-    rows = tokens.shape[0] - n + 1 - first
-    if rows <= 0:
-        return np.empty((0, n), dtype=np.int64)
+    rows = max(tokens.shape[0] - n + 1 - first, 0)
     out = np.empty((rows, n), dtype=np.int64)
+    before = np.empty(rows, dtype=np.int64)
     for r in range(rows):
+        before[r] = tokens[first + r - 1] if first + r > 0 else -1
         for j in range(n):
             out[r, j] = tokens[first + r + j]
-    return out
+    return out, before
 
 
 @njit(cache=True)

@@ -11,20 +11,34 @@ def _power_of_two(n: int) -> int:
     return 1 << max(int(n) - 1, 1).bit_length()
 
 
+def context_key(before: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The key of a two-token context ``(before, key)``; -1 where ``before`` is unknown.
+
+    Single-token keys are the token ids themselves (< 2**31); context keys start at 2**32,
+    so both live in one table without colliding.
+    """
+    return np.where(before >= 0, ((before + 1) << 32) | key, -1)
+
+
 class NgramPool:
-    """Fixed-size hash table from a key token to its ``guesses`` newest continuations.
+    """Fixed-size hash table from a context to its ``guesses`` newest continuations.
 
     An n-gram ``(k, c1, ..., cM)`` (``M = ngram - 1``) files the continuation ``c1..cM``
-    under key ``k``. Re-inserting a held continuation makes it the newest; a key holds at
+    under key ``k`` and, with ``context_tokens=2``, also under the pair ``(b, k)`` of ``k``
+    and the token ``b`` before it. A lookup takes the pair's continuations first, then the
+    single token's. Re-inserting a held continuation makes it the newest; a key holds at
     most ``guesses`` (the oldest goes), and the table at most ``capacity`` keys (a key
     whose probe neighbourhood is full evicts that neighbourhood's least recently used key).
     """
 
-    def __init__(self, ngram: int, guesses: int, capacity: int = 1 << 14):
+    def __init__(self, ngram: int, guesses: int, capacity: int = 1 << 14, context_tokens: int = 1):
         if ngram < 2:
             raise ValueError(f"ngram must be >= 2, got {ngram}")
+        if context_tokens not in (1, 2):
+            raise ValueError(f"context_tokens must be 1 or 2, got {context_tokens}")
         self.ngram = ngram
         self.guesses = guesses
+        self.context_tokens = context_tokens
         capacity = _power_of_two(capacity)
         self._keys = np.full(capacity, -1, dtype=np.int64)
         self._stamps = np.zeros(capacity, dtype=np.int64)
@@ -41,21 +55,37 @@ class NgramPool:
         """Number of keys held."""
         return int(np.count_nonzero(self._keys >= 0))
 
-    def insert(self, ngrams: np.ndarray) -> None:
-        """File each row of ``ngrams`` (int64 ``[R, ngram]``), in order."""
-        if ngrams.shape[0]:
-            kernels.pool_insert(self._keys, self._stamps, self._counts, self._conts, self._clock,
-                                np.ascontiguousarray(ngrams, dtype=np.int64))
+    def _file(self, keys: np.ndarray, conts: np.ndarray) -> None:
+        kernels.pool_insert(self._keys, self._stamps, self._counts, self._conts, self._clock, keys, conts)
+
+    def insert(self, ngrams: np.ndarray, before: np.ndarray | None = None) -> None:
+        """File each row of ``ngrams`` (int64 ``[R, ngram]``), in order.
+
+        ``before`` (int64 ``[R]``, -1 = unknown) is the token preceding each n-gram, used
+        for two-token context keys.
+        """
+        if not ngrams.shape[0] or not self.guesses:
+            return
+        ngrams = np.ascontiguousarray(ngrams, dtype=np.int64)
+        conts = np.ascontiguousarray(ngrams[:, 1:])
+        if self.context_tokens == 2 and before is not None:
+            self._file(context_key(np.asarray(before, dtype=np.int64), ngrams[:, 0]), conts)
+        self._file(np.ascontiguousarray(ngrams[:, 0]), conts)
 
     def insert_text(self, tokens: np.ndarray, start: int = 0) -> None:
-        """File the n-grams of ``tokens`` (int64 ``[L]``) whose last token is at index >= start + ngram - 1."""
-        self.insert(kernels.text_ngrams(tokens, start, self.ngram))
+        """File the n-grams of ``tokens`` (int64 ``[L]``) that start at index >= start."""
+        ngrams, before = kernels.text_ngrams(tokens, start, self.ngram)
+        self.insert(ngrams, before)
 
-    def lookup(self, key: int) -> np.ndarray:
-        """Continuations of ``key``, newest first: int64 ``[n, ngram - 1]``, n <= guesses.
+    def lookup(self, key: int, before: int = -1) -> np.ndarray:
+        """Continuations after ``key`` (preceded by ``before``, -1 = unknown): int64
+        ``[n, ngram - 1]``, n <= guesses, the context pair's newest first, then the key's.
 
         The returned array is a view into a reused buffer: valid until the next lookup.
         """
-        n = kernels.pool_lookup(self._keys, self._stamps, self._counts, self._conts, self._clock,
-                                np.int64(key), self._out)
+        n = 0
+        args = (self._keys, self._stamps, self._counts, self._conts, self._clock)
+        if self.context_tokens == 2 and before >= 0:
+            n = kernels.pool_lookup(*args, np.int64(((before + 1) << 32) | key), self._out, 0)
+        n = kernels.pool_lookup(*args, np.int64(key), self._out, n)
         return self._out[:n]

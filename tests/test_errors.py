@@ -16,7 +16,7 @@ from lookahead import LookaheadConfig, Unsupported
     ("guesses", -1, ValueError), ("guesses", True, TypeError),
     ("pool_capacity", 0, ValueError), ("method", "beam", ValueError),
     ("on_unsupported", "ignore", ValueError), ("prompt_ngrams", 1, TypeError),
-    ("copy_length", -1, ValueError), ("copy_match", 0, ValueError),
+    ("copy_length", -1, ValueError), ("copy_match", 0, ValueError), ("context_tokens", 3, ValueError),
 ])
 def test_invalid_config_names_the_field(field, value, error):
     with pytest.raises(error, match=field):

@@ -16,31 +16,44 @@ small_tokens = st.integers(0, 7)
 
 
 class PoolMachine(RuleBasedStateMachine):
-    """With room for every key, the pool is exactly a dict of LRU deques of length G."""
+    """With room for every key, the pool is exactly a dict of LRU deques of length G,
+    keyed by the token and, with two-token contexts, by the (before, token) pair too."""
 
-    @initialize(ngram=st.integers(2, 5), guesses=st.integers(1, 4))
-    def setup(self, ngram, guesses):
-        self.pool = NgramPool(ngram, guesses, capacity=1 << 12)
-        self.ref: dict[int, deque] = {}
-        self.ngram, self.guesses = ngram, guesses
+    @initialize(ngram=st.integers(2, 5), guesses=st.integers(1, 4), context=st.sampled_from([1, 2]))
+    def setup(self, ngram, guesses, context):
+        self.pool = NgramPool(ngram, guesses, capacity=1 << 12, context_tokens=context)
+        self.ref: dict = {}
+        self.ngram, self.guesses, self.context = ngram, guesses, context
+
+    def _file(self, key, cont):
+        held = self.ref.setdefault(key, deque(maxlen=self.guesses))
+        if cont in held:
+            held.remove(cont)
+        held.append(cont)
 
     @rule(data=st.data())
     def insert(self, data):
         rows = data.draw(st.lists(st.lists(small_tokens, min_size=self.ngram, max_size=self.ngram),
                                   min_size=1, max_size=6))
-        self.pool.insert(np.array(rows, dtype=np.int64))
+        before = data.draw(st.lists(st.integers(-1, 7), min_size=len(rows), max_size=len(rows)))
+        self.pool.insert(np.array(rows, dtype=np.int64), np.array(before, dtype=np.int64))
+        if self.context == 2:
+            for row, b in zip(rows, before):
+                if b >= 0:
+                    self._file((b, row[0]), tuple(row[1:]))
         for row in rows:
-            held = self.ref.setdefault(row[0], deque(maxlen=self.guesses))
-            cont = tuple(row[1:])
-            if cont in held:
-                held.remove(cont)
-            held.append(cont)
+            self._file(row[0], tuple(row[1:]))
 
     @precondition(lambda self: hasattr(self, "pool"))
-    @rule(key=small_tokens)
-    def lookup(self, key):
-        got = [tuple(r) for r in self.pool.lookup(key).tolist()]
-        assert got == list(reversed(self.ref.get(key, ())))
+    @rule(key=small_tokens, before=st.integers(-1, 7))
+    def lookup(self, key, before):
+        got = [tuple(r) for r in self.pool.lookup(key, before).tolist()]
+        expected = []
+        pair = list(reversed(self.ref.get((before, key), ()))) if self.context == 2 and before >= 0 else []
+        for cont in pair + list(reversed(self.ref.get(key, ()))):
+            if cont not in expected and len(expected) < self.guesses:
+                expected.append(cont)
+        assert got == expected
 
     @precondition(lambda self: hasattr(self, "pool"))
     @invariant()
@@ -71,11 +84,12 @@ def test_tiny_capacity_bounds_memory_and_returns_only_inserted(ngram, guesses, r
 
 
 @given(tokens=st.lists(st.integers(0, 50), max_size=30), start=st.integers(-3, 30), n=st.integers(2, 6))
-def test_text_ngrams_are_the_windows_ending_after_start(tokens, start, n):
+def test_text_ngrams_start_after_start_with_the_token_before(tokens, start, n):
     arr = np.array(tokens, dtype=np.int64)
-    got = text_ngrams(arr, start, n).tolist()
+    got, before = text_ngrams(arr, start, n)
     first = max(start, 0)
-    assert got == [tokens[i:i + n] for i in range(first, len(tokens) - n + 1)]
+    assert got.tolist() == [tokens[i:i + n] for i in range(first, len(tokens) - n + 1)]
+    assert before.tolist() == [tokens[i - 1] if i > 0 else -1 for i in range(first, len(tokens) - n + 1)]
 
 
 def test_zero_guesses_pool_is_empty():
