@@ -275,6 +275,7 @@ def cmd_bench(args) -> int:
     config = _config(args, model, chosen, encoded, labels, _resolved_shape(settings))
     config["skipped"] = skipped
     doc = report.document(config, records, labels, methods.BASELINE, exactness=not args.sample)
+    print(report.headline(doc["config"]))
     print(report.table(doc))
     if args.json:
         report.write_json(doc, args.json)
@@ -307,6 +308,7 @@ def cmd_sweep(args) -> int:
     config = _config(args, model, chosen, encoded, labels, {"method": args.method, "grid": shapes})
     doc = report.document(config, records, labels, methods.BASELINE, exactness=not args.sample)
     cells = sweeping.cells(doc, variants)
+    print(report.headline(doc["config"]))
     print(sweeping.ranking(cells))
     top = sweeping.best(cells)
     if top:

@@ -162,6 +162,23 @@ def _cell(label: str, summary: dict, key: str, spec: str, n_prompts: int) -> str
     return _fmt(summary[key], spec)
 
 
+def headline(config: dict) -> str:
+    """One line saying what was measured."""
+    sample = config.get("sample") or {}
+    mode = (
+        f"sampling (temperature {sample['temperature']}, top-p {sample['top_p']}; 'greedy' = plain model.generate)"
+        if sample.get("do_sample")
+        else "greedy"
+    )
+    params = config.get("model_params")
+    size = f" ({params / 1e6:.1f}M params)" if params else ""
+    return (
+        f"{config.get('model')}{size} · {config.get('dtype')} · {config.get('device')} · "
+        f"{config.get('threads')} threads · {config.get('n_prompts')} x {config.get('prompts')} prompts · "
+        f"{config.get('max_new_tokens')} new tokens · {mode}"
+    )
+
+
 def table(doc: dict) -> str:
     """A fixed-width summary table, one line per method."""
     head = [name for name, _, _ in TABLE_COLUMNS]
