@@ -45,6 +45,10 @@ class LookaheadConfig:
             lookup, folded into the same trie. 0 turns it off.
         copy_match: the most trailing tokens that copy lookup tries to match (it falls back
             to fewer, down to one).
+        adaptive: choose each step between the full shape and a lean one (guesses only, no
+            window; plain decoding when there are none) by the tokens per second each has
+            measured on this model and machine, so decoding backs off where guesses stop
+            paying. Only for ``method="lookahead"``.
         on_unsupported: what to do with a model whose attention cannot take the lookahead mask:
             ``"error"`` raises ``NotImplementedError``; ``"fallback"`` warns and runs plain
             ``model.generate``.
@@ -59,6 +63,7 @@ class LookaheadConfig:
     prompt_ngrams: bool = True
     copy_length: int = 8
     copy_match: int = 2
+    adaptive: bool = True
     on_unsupported: str = "error"
 
     def __post_init__(self) -> None:
@@ -75,8 +80,9 @@ class LookaheadConfig:
             raise ValueError(
                 f"LookaheadConfig.on_unsupported must be one of {ON_UNSUPPORTED}, got {self.on_unsupported!r}"
             )
-        if not isinstance(self.prompt_ngrams, bool):
-            raise TypeError(f"LookaheadConfig.prompt_ngrams must be a bool, got {self.prompt_ngrams!r}")
+        for flag in ("prompt_ngrams", "adaptive"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"LookaheadConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
         if self.method == "jacobi" and self.window == 0:
             raise ValueError("LookaheadConfig.window must be >= 1 with method='jacobi', got 0")
 

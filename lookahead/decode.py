@@ -10,12 +10,15 @@ import torch
 from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
+from lookahead.controller import FULL, ShapeController
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import walk
 from lookahead.window import JacobiWindow
+
+_NO_CHAIN = np.zeros(0, dtype=np.int64)
 
 
 def attention_groups(model, cache) -> tuple[dict, dict]:
@@ -87,6 +90,7 @@ class Decoder:
             self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
         self._copy_out = np.empty(config.copy_length, dtype=np.int64)
         self.window: JacobiWindow | None = None
+        self.controller = ShapeController(adaptive=config.adaptive and config.method == "lookahead")
         self.step_mask: StepMask | None = None
 
     def forward(self, **inputs) -> torch.Tensor:
@@ -113,22 +117,46 @@ class Decoder:
         self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
         windows, self.layer_index = attention_groups(self.model, self.cache)
         self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.model.dtype, logits.device)
+        self.lean_mask = StepMask(0, 0, windows, self.model.dtype, logits.device)
         if self.pool is not None and cfg.prompt_ngrams:
             self.pool.insert_text(prompt)
 
     def step(self, seq: Sequence) -> None:
         """One forward: propose, verify, append what holds, commit its cache entries."""
-        last = seq.tokens[-1]
-        past_len = len(seq.tokens) - 1
-        tree = GuessTree.build(self.window.chain, 1 + self.window.size, self._guesses(seq))
-        sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
-        offsets, mask = self.step_mask.build(tree, sizes, self.past_keep[:past_len])
-        ids = np.concatenate([[last], self.window.tokens.reshape(-1), tree.tokens])
-        ids = torch.from_numpy(ids).to(seq.ids.device)[None]
+        shape = self.controller.choose()
+        window = self.window if shape == FULL else None
+        last, past_len = seq.tokens[-1], len(seq.tokens) - 1
+        tree, ids, offsets, mask = self._layout(seq, window, past_len)
+        spent = self.stats.forward_s
         logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=(self.position + offsets)[None])
         self.stats.steps += 1
         self.stats.guess_tokens += ids.shape[1] - 1
+        self.stats.lean_steps += int(window is None)
 
+        keep = self._accept(seq, tree, logits)
+        accepted = len(keep)
+        self.stats.record_step(accepted)
+        self.controller.record(shape, accepted, self.stats.forward_s - spent)
+        commit(self.cache, past_len, ids.shape[1], torch.tensor(keep, device=logits.device))
+        self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
+        self.position += accepted
+        if window is not None:
+            self._advance_window(logits, accepted, last)
+        self._learn_text(seq, accepted)
+
+    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int):
+        """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
+        chain = window.chain if window is not None else _NO_CHAIN
+        head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
+        tree = GuessTree.build(chain, len(head), self._guesses(seq))
+        sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
+        step_mask = self.step_mask if window is not None else self.lean_mask
+        offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
+        ids = torch.tensor([head + tree.tokens.tolist()], device=seq.ids.device)
+        return tree, ids, offsets, mask
+
+    def _accept(self, seq: Sequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
+        """Walk the tree appending the model's own choices; return the nodes whose entries stay."""
         self.rule.start(logits)
         keep = []
         for node, pick in walk(tree, self.rule, lambda: seq.ids):
@@ -136,12 +164,7 @@ class Decoder:
             seq.append(pick)
             if seq.done:
                 break
-        accepted = len(keep)
-        self.stats.record_step(accepted)
-        commit(self.cache, past_len, ids.shape[1], torch.tensor(keep, device=logits.device))
-        self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
-        self.position += accepted
-        self._learn(seq, logits, accepted, last)
+        return keep
 
     def _guesses(self, seq: Sequence) -> np.ndarray | None:
         """Rows of guessed continuations (shorter rows end in -1): the copy guess, then the pool's."""
@@ -165,17 +188,21 @@ class Decoder:
             cands[1:, : pooled.shape[1]] = pooled
         return cands
 
-    def _learn(self, seq: Sequence, logits: torch.Tensor, accepted: int, root: int) -> None:
-        """Advance the window and file what this step taught into the pool."""
+    def _advance_window(self, logits: torch.Tensor, accepted: int, root: int) -> None:
+        """The newest level's predictions become a level; full columns go to the pool."""
         width = self.window.width
-        if width:
-            first = 1 + (self.window.levels - 1) * width
-            newest = logits[first: first + width].argmax(-1).cpu().numpy()
-            # in its Jacobi context, column i of level 0 follows the root (i = 0) or column i - 1
-            before = np.concatenate([[root], self.window.chain[:-1]])
-            ngrams = self.window.advance(newest, accepted)
-            if self.pool is not None:
-                self.pool.insert(ngrams, before)
+        if not width:
+            return
+        first = 1 + (self.window.levels - 1) * width
+        newest = logits[first: first + width].argmax(-1).cpu().numpy()
+        # in its Jacobi context, column i of level 0 follows the root (i = 0) or column i - 1
+        before = np.concatenate([[root], self.window.chain[:-1]])
+        ngrams = self.window.advance(newest, accepted)
+        if self.pool is not None:
+            self.pool.insert(ngrams, before)
+
+    def _learn_text(self, seq: Sequence, accepted: int) -> None:
+        """File the n-grams that end in the tokens just accepted."""
         if self.pool is not None and self.config.prompt_ngrams:
             text = seq.array()
             self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)

@@ -36,6 +36,7 @@ configs = st.builds(
     copy_length=st.sampled_from([0, 1, 4, 8, 12]),
     copy_match=st.integers(1, 3),
     context_tokens=st.sampled_from([1, 2]),
+    adaptive=st.booleans(),
 )
 max_new_tokens = st.integers(1, 48)
 eos_ids = st.one_of(st.none(), tokens, st.lists(tokens, min_size=1, max_size=3))

@@ -17,6 +17,7 @@ from lookahead import LookaheadConfig, Unsupported
     ("pool_capacity", 0, ValueError), ("method", "beam", ValueError),
     ("on_unsupported", "ignore", ValueError), ("prompt_ngrams", 1, TypeError),
     ("copy_length", -1, ValueError), ("copy_match", 0, ValueError), ("context_tokens", 3, ValueError),
+    ("adaptive", "yes", TypeError),
 ])
 def test_invalid_config_names_the_field(field, value, error):
     with pytest.raises(error, match=field):

@@ -1,0 +1,74 @@
+"""Backing off when guesses stop paying: choose each step's shape by measured tokens per second.
+
+Two shapes compete:
+
+- ``full``: root + Jacobi window + guesses (the window keeps producing n-grams);
+- ``lean``: root + guesses from the pool and the copy lookup only (just the root when there
+  are none, which is plain decoding).
+
+Each keeps an exponential moving average of tokens accepted per step and of the step's
+forward time, both measured on this model and machine. The controller runs the shape with
+the better tokens-per-second and tries the other one every ``explore_every`` steps, so a
+prompt where guesses start to hold again wins the window back.
+"""
+
+from __future__ import annotations
+
+FULL, LEAN = "full", "lean"
+
+
+class _Average:
+    __slots__ = ("value", "weight")
+
+    def __init__(self):
+        self.value = 0.0
+        self.weight = 0.0
+
+    def add(self, x: float, alpha: float) -> None:
+        self.value = (1 - alpha) * self.value + alpha * x
+        self.weight = (1 - alpha) * self.weight + alpha
+
+    def mean(self) -> float:
+        return self.value / self.weight if self.weight else 0.0
+
+
+class ShapeController:
+    """Picks ``FULL`` or ``LEAN`` for the next step from the measured rates.
+
+    Args:
+        adaptive: False pins every step to ``FULL``.
+        explore_every: steps between tries of the shape not currently preferred.
+        alpha: weight of the newest step in the moving averages.
+    """
+
+    def __init__(self, adaptive: bool = True, explore_every: int = 12, alpha: float = 0.25):
+        self.adaptive = adaptive
+        self.explore_every = explore_every
+        self.alpha = alpha
+        self._tokens = {FULL: _Average(), LEAN: _Average()}
+        self._seconds = {FULL: _Average(), LEAN: _Average()}
+        self._since = {FULL: 0, LEAN: 0}
+        self.counts = {FULL: 0, LEAN: 0}
+
+    def rate(self, shape: str) -> float:
+        """Measured tokens per second of ``shape`` (0 before it ran)."""
+        seconds = self._seconds[shape].mean()
+        return self._tokens[shape].mean() / seconds if seconds > 0 else 0.0
+
+    def choose(self) -> str:
+        if not self.adaptive:
+            return FULL
+        for shape in (FULL, LEAN):
+            if self.counts[shape] < 2:
+                return shape
+        best = FULL if self.rate(FULL) >= self.rate(LEAN) else LEAN
+        other = LEAN if best == FULL else FULL
+        return other if self._since[other] >= self.explore_every else best
+
+    def record(self, shape: str, accepted: int, seconds: float) -> None:
+        self._tokens[shape].add(float(accepted), self.alpha)
+        self._seconds[shape].add(seconds, self.alpha)
+        self.counts[shape] += 1
+        self._since[shape] = 0
+        other = LEAN if shape == FULL else FULL
+        self._since[other] += 1
