@@ -6,6 +6,7 @@ what it returns, token for token, in fewer forward passes.
 
 from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
 from lookahead.config import LookaheadConfig
+from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported
 
@@ -13,6 +14,7 @@ __all__ = [
     "LookaheadConfig",
     "LookaheadDecoderOnlyOutput",
     "LookaheadStats",
+    "NgramPool",
     "Unsupported",
     "custom_generate",
     "generate",

@@ -13,12 +13,10 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead.config import LookaheadConfig
 from lookahead.decode import lookahead_decode
+from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported, check_model, check_request
 from lookahead.verify import GreedyRule, SamplingRule
-
-# generate() keywords this package adds; everything else goes to model.generate untouched.
-_OWN_KEYWORDS = ("lookahead_config", "lookahead_stats", "lookahead_streamer")
 
 
 @dataclass
@@ -50,8 +48,8 @@ def _check_inputs(inputs, kwargs) -> None:
 
 
 def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: LookaheadConfig | None = None,
-             lookahead_stats: LookaheadStats | None = None, streamer=None,
-             generator: torch.Generator | None = None, **kwargs):
+             lookahead_stats: LookaheadStats | None = None, lookahead_pool: NgramPool | None = None,
+             streamer=None, generator: torch.Generator | None = None, **kwargs):
     """Generate like ``model.generate``, with lookahead decoding.
 
     Takes what ``model.generate`` takes (``input_ids``/``inputs``, ``attention_mask``,
@@ -64,6 +62,8 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         lookahead_stats: a ``LookaheadStats`` to fill with forwards, tokens per forward,
             accepted-length histogram, pool hits and timings. With
             ``return_dict_in_generate=True`` the output also carries them.
+        lookahead_pool: an ``NgramPool(ngram, guesses)`` to use and keep filling, so that
+            what one request taught helps the next (the default is a fresh pool per call).
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             so ``torch.manual_seed`` makes runs repeat).
     """
@@ -75,14 +75,27 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         raise TypeError(f"lookahead_config must be a LookaheadConfig, got {type(lookahead_config).__name__}")
     if lookahead_stats is not None and not isinstance(lookahead_stats, LookaheadStats):
         raise TypeError(f"lookahead_stats must be a LookaheadStats, got {type(lookahead_stats).__name__}")
+    if lookahead_pool is not None:
+        _check_pool(lookahead_pool, lookahead_config)
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     _check_inputs(inputs, kwargs)
     _stop_strings_to_criteria(kwargs)
     return model.generate(
         inputs, custom_generate=custom_generate, lookahead_config=lookahead_config,
-        lookahead_stats=lookahead_stats, lookahead_streamer=streamer, lookahead_generator=generator, **kwargs,
+        lookahead_stats=lookahead_stats, lookahead_pool=lookahead_pool, lookahead_streamer=streamer,
+        lookahead_generator=generator, **kwargs,
     )
+
+
+def _check_pool(pool, config: LookaheadConfig) -> None:
+    if not isinstance(pool, NgramPool):
+        raise TypeError(f"lookahead_pool must be a lookahead.NgramPool, got {type(pool).__name__}")
+    if (pool.ngram, pool.guesses) != (config.ngram, config.guesses):
+        raise ValueError(
+            f"lookahead_pool holds ngram={pool.ngram}, guesses={pool.guesses}, but lookahead_config has "
+            f"ngram={config.ngram}, guesses={config.guesses}; they must match"
+        )
 
 
 def _stop_strings_to_criteria(kwargs: dict) -> None:
@@ -109,7 +122,7 @@ def _stop_strings_to_criteria(kwargs: dict) -> None:
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
                     synced_gpus=False, streamer=None, lookahead_config=None, lookahead_stats=None,
-                    lookahead_streamer=None, lookahead_generator=None, **model_kwargs):
+                    lookahead_pool=None, lookahead_streamer=None, lookahead_generator=None, **model_kwargs):
     """Decoding method for ``model.generate(..., custom_generate=lookahead.custom_generate)``.
 
     transformers prepares processors, stopping criteria and an empty cache, then calls this.
@@ -142,6 +155,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     try:
         seq = lookahead_decode(
             model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
+            pool=lookahead_pool,
             streamer=streamer, keep_scores=keep_scores, keep_logits=keep_logits, **model_kwargs,
         )
     finally:

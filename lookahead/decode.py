@@ -79,7 +79,8 @@ class Sequence:
 class Decoder:
     """State of one lookahead generation over a batch of one sequence."""
 
-    def __init__(self, model, config: LookaheadConfig, rule, cache, stats: LookaheadStats):
+    def __init__(self, model, config: LookaheadConfig, rule, cache, stats: LookaheadStats,
+                 pool: NgramPool | None = None):
         self.model = model
         self.config = config
         self.rule = rule
@@ -87,7 +88,8 @@ class Decoder:
         self.stats = stats
         self.pool = None
         if config.uses_pool:
-            self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+            self.pool = pool if pool is not None else NgramPool(
+                config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
         self._copy_out = np.empty(config.copy_length, dtype=np.int64)
         self.window: JacobiWindow | None = None
         self.controller = ShapeController(adaptive=config.adaptive and config.method == "lookahead")
@@ -208,14 +210,14 @@ class Decoder:
             self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)
 
 
-def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, streamer=None,
+def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, streamer=None,
                      attention_mask=None, position_ids=None, cache=None, keep_scores=False,
                      keep_logits=False) -> Sequence:
     """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop."""
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
     seq = Sequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
-    decoder = Decoder(model, config, rule, cache, stats)
+    decoder = Decoder(model, config, rule, cache, stats, pool)
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:
         decoder.step(seq)

@@ -190,3 +190,23 @@ def test_stop_strings_from_a_generation_config():
 def test_stop_strings_without_tokenizer_is_a_clear_error():
     with pytest.raises(ValueError, match="tokenizer"):
         lookahead.generate(tiny_model("llama", "sdpa"), REPEAT, max_new_tokens=5, stop_strings=["ab"])
+
+
+def test_pool_kept_across_requests_helps_the_next_one():
+    model = tiny_model("llama", "sdpa")
+    config = lookahead.LookaheadConfig(window=2, ngram=4, guesses=4, copy_length=0, prompt_ngrams=False,
+                                       adaptive=False)
+    pool = lookahead.NgramPool(4, 4, context_tokens=config.context_tokens)
+    kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None, lookahead_config=config)
+    first, second = lookahead.LookaheadStats(), lookahead.LookaheadStats()
+    lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=first, **kwargs)
+    got = lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=second, **kwargs)
+    assert got.tolist() == model.generate(REPEAT, do_sample=False, max_new_tokens=40, pad_token_id=0,
+                                          eos_token_id=None).tolist()
+    assert second.forwards < first.forwards
+
+
+def test_pool_shape_must_match_the_config():
+    with pytest.raises(ValueError, match="lookahead_pool"):
+        lookahead.generate(tiny_model("llama", "sdpa"), REPEAT, max_new_tokens=4,
+                           lookahead_pool=lookahead.NgramPool(3, 4))
