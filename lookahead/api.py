@@ -144,6 +144,10 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         return _fallback(model, input_ids, logits_processor, stopping_criteria, generation_config,
                          streamer, stats, started, model_kwargs)
     _drop_generate_only(model_kwargs)
+    cache = model_kwargs.get("cache")
+    if cache is not None and cache.get_seq_length() > 0:
+        raise Unsupported("lookahead decoding starts from an empty cache; got one already holding "
+                          f"{cache.get_seq_length()} tokens")
     if streamer is not None:
         streamer.put(input_ids.cpu())
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)

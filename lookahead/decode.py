@@ -93,7 +93,8 @@ class Decoder:
         self._copy_out = np.empty(config.copy_length, dtype=np.int64)
         self.window: JacobiWindow | None = None
         self.controller = ShapeController(adaptive=config.adaptive and config.method == "lookahead")
-        self.step_mask: StepMask | None = None
+        self.step_mask: StepMask | None = None  # root + window + guesses
+        self.lean_mask: StepMask | None = None  # root + guesses
 
     def forward(self, **inputs) -> torch.Tensor:
         started = time.perf_counter()
