@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from lookahead.bench import methods, report
 from lookahead.bench import sweep as sweeping
@@ -53,6 +53,12 @@ def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> Non
     g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: %(default)s)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="base seed; prompt i runs every method with seed+i (default: %(default)s)")
+    g = p.add_argument_group("lookahead options")
+    g.add_argument(
+        "--set", metavar="FIELD=VALUE", action="append", default=[],
+        help="any other LookaheadConfig field, repeatable, e.g. --set adaptive=false --set copy_length=0",
+    )  # fmt: skip
+    g.add_argument("--keep-pool", action="store_true", help="keep each lookahead variant's n-gram pool from prompt to prompt")
     g = p.add_argument_group("measurement")
     g.add_argument("--repeats", type=int, default=1, help="run each prompt's round R times; keep each method's median-time run (default: %(default)s)")
     g.add_argument("--no-warmup", action="store_true", help="skip the warm-up run of each method")
@@ -127,6 +133,28 @@ def _check_common(args) -> None:
         raise UsageError("--temperature must be > 0 and --top-p in (0, 1]")
 
 
+def parse_set(items: list[str]) -> dict:
+    """``["adaptive=false", "copy_length=0"]`` -> ``{"adaptive": False, "copy_length": 0}``."""
+    fields = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set takes FIELD=VALUE, got {item!r}")
+        value = raw.strip()
+        lowered = value.lower()
+        if lowered in ("true", "false"):
+            fields[key.strip()] = lowered == "true"
+        else:
+            try:
+                fields[key.strip()] = int(value)
+            except ValueError:
+                fields[key.strip()] = value
+    bad = set(fields) & {"window", "ngram", "guesses", "method"}
+    if bad:
+        raise UsageError(f"set {', '.join(sorted(bad))} with their own options, not --set")
+    return fields
+
+
 def _select_methods(spec: str | None) -> list[str]:
     if spec is None:
         chosen = [m for m in DEFAULT_METHODS if methods.available(m)]
@@ -168,6 +196,7 @@ def _setup(args):
     settings = methods.Settings(
         max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
         top_p=args.top_p, seed=args.seed, pad_token_id=loading.pad_token_id(model, tokenizer),
+        keep_pool=args.keep_pool,
     )  # fmt: skip
     return model, chosen, encoded, settings
 
@@ -201,6 +230,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         },
         "sample": {"do_sample": args.sample, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
         "warmup": not args.no_warmup,
+        "keep_pool": args.keep_pool,
         "repeats": args.repeats,
         "versions": {
             "lookahead": getattr(lookahead, "__version__", None),
@@ -212,6 +242,14 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         "platform": {"system": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", args.started_at),
     }
+
+
+def _validate_shape(settings: methods.Settings) -> None:
+    """Bad lookahead options fail before any measuring."""
+    try:
+        settings.lookahead_config("lookahead")
+    except TypeError as err:
+        raise UsageError(str(err)) from err
 
 
 def _resolved_shape(settings: methods.Settings) -> dict:
@@ -266,11 +304,12 @@ def _plot(draw, data, path: str, **kwargs) -> None:
 def cmd_bench(args) -> int:
     labels = _select_methods(args.methods)
     shape = {k: v for k in ("window", "ngram", "guesses") if (v := getattr(args, k)) is not None}
+    shape.update(parse_set(args.set))
     model, chosen, encoded, settings = _setup(args)
     settings.shape = shape
     if any(m in methods.ENGINE_METHODS for m in labels):
-        settings.lookahead_config("lookahead")  # bad shapes fail before any measuring
-    variants = [Variant(m, m, settings) for m in labels]
+        _validate_shape(settings)
+    variants = [Variant(m, m, replace(settings, state={})) for m in labels]
     records, labels, skipped = _measure(args, model, chosen, encoded, variants)
     config = _config(args, model, chosen, encoded, labels, _resolved_shape(settings))
     config["skipped"] = skipped
@@ -296,7 +335,10 @@ def cmd_sweep(args) -> int:
         sweeping.parse_grid(args.ngram, sweeping.DEFAULT_NGRAMS, "ngram"),
         sweeping.parse_grid(args.guesses, sweeping.DEFAULT_GUESSES, "guesses"),
     ]
+    extra = parse_set(args.set)
     model, chosen, encoded, settings = _setup(args)
+    settings.shape = extra
+    _validate_shape(settings)
     variants = sweeping.grid_variants(settings, *grid, method=args.method)
     if len(variants) < 2:
         raise UsageError("no valid lookahead shape in the grid")
@@ -305,7 +347,7 @@ def cmd_sweep(args) -> int:
     if len(variants) < 2:
         raise methods.MethodUnavailable(f"{args.method} could not run any grid point: {next(iter(skipped.values()))}")
     shapes = dict(zip(("window", "ngram", "guesses"), (list(g) for g in grid)))
-    config = _config(args, model, chosen, encoded, labels, {"method": args.method, "grid": shapes})
+    config = _config(args, model, chosen, encoded, labels, {"method": args.method, "grid": shapes, **extra})
     doc = report.document(config, records, labels, methods.BASELINE, exactness=not args.sample)
     cells = sweeping.cells(doc, variants)
     print(report.headline(doc["config"]))

@@ -196,3 +196,26 @@ def test_engine_refusal_drops_the_method(tiny_model_dir, prompt_file, tmp_path, 
     doc = json.loads(out.read_text())
     assert "lookahead" not in doc["methods"] and "lookahead" in doc["config"]["skipped"]
     assert cli.main(argv + ["--methods", "lookahead"]) == cli.EXIT_USAGE  # asked for explicitly
+
+
+def test_set_and_keep_pool_reach_the_engine(tiny_model_dir, prompt_file, tmp_path, monkeypatch):
+    seen = []
+
+    def recording(model, input_ids, *, lookahead_config, lookahead_stats, lookahead_pool=None, **kwargs):
+        seen.append((lookahead_config, lookahead_pool))
+        return fake_engine(model, input_ids, lookahead_config=lookahead_config, lookahead_stats=lookahead_stats, **kwargs)
+
+    monkeypatch.setattr(lookahead, "generate", recording, raising=False)
+    out = tmp_path / "set.json"
+    argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--set", "copy_length=0",
+                 "--set", "adaptive=false", "--keep-pool", "--json", str(out))  # fmt: skip
+    assert cli.main(argv) == 0
+    configs = {c for c, _ in seen}
+    assert len(configs) == 1 and not next(iter(configs)).adaptive and next(iter(configs)).copy_length == 0
+    pools = [p for _, p in seen]
+    assert pools[0] is not None and pools[0] is not pools[1]  # the warm-up's pool is dropped
+    assert all(p is pools[1] for p in pools[1:])  # one pool kept across the measured prompts
+    doc = json.loads(out.read_text())
+    assert doc["config"]["lookahead"]["copy_length"] == 0 and doc["config"]["keep_pool"] is True
+    assert cli.main(bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--set", "nope=1")) == cli.EXIT_USAGE
+    assert cli.main(bench(tiny_model_dir, prompt_file, "--set", "window=3")) == cli.EXIT_USAGE

@@ -30,7 +30,9 @@ class Settings:
     top_p: float = 1.0
     seed: int = 0
     pad_token_id: int | None = None
-    shape: dict = field(default_factory=dict)  # window / ngram / guesses given on the command line
+    shape: dict = field(default_factory=dict)  # LookaheadConfig fields given on the command line
+    keep_pool: bool = False  # one n-gram pool per variant, carried from prompt to prompt
+    state: dict = field(default_factory=dict)  # per-variant state shared by its copies (the kept pool)
     prompt_lookup_num_tokens: int = 10
     max_matching_ngram_size: int = 2
 
@@ -90,15 +92,29 @@ def _engine():
     return lookahead, generate
 
 
+def _kept_pool(lookahead, settings: Settings, config):
+    """The variant's pool when ``keep_pool`` is set (made on first use), else ``None``."""
+    if not (settings.keep_pool and config.uses_pool):
+        return None
+    if "pool" not in settings.state:
+        settings.state["pool"] = lookahead.NgramPool(
+            config.ngram, config.guesses, config.pool_capacity, config.context_tokens
+        )
+    return settings.state["pool"]
+
+
 def _run_engine(model, input_ids, settings: Settings, method: str):
     lookahead, generate = _engine()
     stats = lookahead.LookaheadStats()
+    config = settings.lookahead_config(method)
+    pool = _kept_pool(lookahead, settings, config)
     try:
         out = generate(
             model,
             input_ids,
-            lookahead_config=settings.lookahead_config(method),
+            lookahead_config=config,
             lookahead_stats=stats,
+            **({"lookahead_pool": pool} if pool is not None else {}),
             **settings.generate_kwargs(input_ids),
         )
     except NotImplementedError as err:  # the engine's Unsupported: this model or request

@@ -55,6 +55,8 @@ def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: di
                 seen[key] = str(err)
         if seen[key] is not None:
             skipped[variant.label] = seen[key]
+    for variant in variants:
+        variant.settings.state.clear()  # what the warm-up taught a kept pool is forgotten
 
 
 def run(
