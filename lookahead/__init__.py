@@ -6,6 +6,7 @@ what it returns, token for token, in fewer forward passes.
 
 from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
 from lookahead.config import LookaheadConfig
+from lookahead.default_model import load_default_model
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported
@@ -18,5 +19,6 @@ __all__ = [
     "Unsupported",
     "custom_generate",
     "generate",
+    "load_default_model",
 ]
 __version__ = "0.1.0"
