@@ -14,6 +14,7 @@ import torch
 
 from lookahead.tree import GuessTree
 
+
 class Pick:
     """A rule's decision at one node: the token, and the rows ``generate`` would report."""
 
@@ -44,19 +45,24 @@ class GreedyRule:
 
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
         if self._preds is not None:
-            return Pick(self._preds[node], None, None)
+            # no processors: the raw row is what stopping criteria would see as scores
+            return Pick(self._preds[node], self._logits[node: node + 1], None)
         raw = self._logits[node: node + 1].float()
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
         return Pick(int(scores.argmax(-1)), raw, scores)
 
 
 class SamplingRule:
-    """Speculative sampling with one-hot drafts: every emitted token is distributed exactly
-    as plain sampling from the processed distribution at that prefix would give it.
+    """Exact sampling, reproducible whatever the guesses: the exponential race (Gumbel max).
 
-    The node's children are drafts tried in order: draft x is accepted with probability
-    p(x); on rejection p(x) is set to 0 and p renormalised before the next draft; when none
-    is left the token is drawn from what remains. Hence P(emit x) = p(x) for every x.
+    At each emitted position the token is ``argmax(log p(x) - log E_x)`` with fresh
+    ``E_x ~ Exp(1)`` per vocabulary entry, which is distributed exactly as p (the processed
+    distribution at that prefix). A guessed child is accepted when it is that token, so a
+    draft x is accepted with probability p(x), as under speculative sampling with one-hot
+    drafts, and with several children the walk goes on along whichever one matches.
+
+    One noise vector is drawn per emitted token, never per guess: under a seed the output
+    is the same for every window, guess or shape setting.
     """
 
     def __init__(self, processors, generator: torch.Generator | None = None):
@@ -67,20 +73,11 @@ class SamplingRule:
     def start(self, logits: torch.Tensor) -> None:
         self._logits = logits
 
-    def _uniform(self, device) -> float:
-        return float(torch.rand((), generator=self.generator, device=device))
-
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
         raw = self._logits[node: node + 1].float()
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
-        probs = torch.softmax(scores, dim=-1)[0]
-        for token in children:
-            p = float(probs[token])
-            if p > 0 and self._uniform(probs.device) < p:
-                return Pick(token, raw, scores)
-            probs[token] = 0
-            probs = probs / probs.sum()
-        token = int(torch.multinomial(probs, 1, generator=self.generator))
+        noise = torch.empty_like(scores).exponential_(generator=self.generator)
+        token = int((torch.log_softmax(scores, dim=-1) - noise.log()).argmax(-1))
         return Pick(token, raw, scores)
 
 
