@@ -77,6 +77,10 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         raise TypeError(f"lookahead_stats must be a LookaheadStats, got {type(lookahead_stats).__name__}")
     if lookahead_pool is not None:
         _check_pool(lookahead_pool, lookahead_config)
+    for name in ("assistant_model", "prompt_lookup_num_tokens"):
+        if kwargs.get(name) is not None:
+            raise Unsupported(f"{name} is not supported by lookahead.generate: it brings its own guesses "
+                              "(the pool, the window and the copy guess, see LookaheadConfig)")
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     _check_inputs(inputs, kwargs)

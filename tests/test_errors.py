@@ -119,3 +119,22 @@ def test_encoder_decoder_refused():
     model = tf.T5ForConditionalGeneration(config).eval()
     with pytest.raises((Unsupported, ValueError, TypeError), match="(?i)encoder"):
         lookahead.generate(model, torch.tensor([[5, 6]]), max_new_tokens=4)
+
+
+def test_assistant_model_refused(llama):
+    with pytest.raises(NotImplementedError, match="assistant_model"):
+        lookahead.generate(llama, torch.tensor([[5, 6]]), max_new_tokens=4, assistant_model=llama)
+
+
+def test_guidance_scale_refused(llama):
+    with pytest.raises(NotImplementedError, match="guidance_scale"):
+        lookahead.generate(llama, torch.tensor([[5, 6]]), max_new_tokens=4, guidance_scale=1.5)
+
+
+def test_prefilled_cache_refused(llama):
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=llama.config)
+    llama(input_ids=torch.tensor([[5, 6]]), cache=cache, use_cache=True)
+    with pytest.raises(NotImplementedError, match="empty cache"):
+        lookahead.generate(llama, torch.tensor([[5, 6, 7]]), max_new_tokens=4, cache=cache)
