@@ -145,6 +145,8 @@ class Decoder:
         self.position += accepted
         if window is not None:
             self._advance_window(logits, accepted, last)
+        else:
+            self.window.slide(accepted)
         self._learn_text(seq, accepted)
 
     def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int):

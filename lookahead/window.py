@@ -53,8 +53,13 @@ class JacobiWindow:
             ngrams = np.empty((0, self.levels + 1), dtype=np.int64)
             self._model_levels += 1
         self.tokens = np.concatenate([self.tokens[1:], newest[None, :]], axis=0)
-        shift = min(accepted - 1, self.width - 1)
-        if shift > 0:
-            self.tokens[:, :-shift] = self.tokens[:, shift:]
-            self.tokens[:, -shift:] = self.tokens[:, -shift - 1: -shift]
+        self.slide(accepted - 1)
         return ngrams
+
+    def slide(self, steps: int) -> None:
+        """Move every level ``steps`` columns left (the last token moved on without the
+        window); the vacated right end repeats the last column."""
+        steps = min(steps, self.width - 1)
+        if steps > 0:
+            self.tokens[:, :-steps] = self.tokens[:, steps:]
+            self.tokens[:, -steps:] = self.tokens[:, -steps - 1: -steps]

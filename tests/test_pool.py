@@ -115,3 +115,4 @@ def test_copy_guess_follows_the_latest_longest_match(tokens, match, length):
             expected = tokens[s + k: s + k + length]
             break
     assert got == expected
+
