@@ -24,6 +24,7 @@ DEFAULT_LIMIT = 20
 SWEEP_LIMIT = 6
 SWEEP_MAX_NEW = 64
 EXIT_MISMATCH = 1
+FULL_PRECISION = ("float32", "float64")  # where any mismatch is a bug, not a rounding near-tie
 EXIT_USAGE = 2
 
 
@@ -282,7 +283,7 @@ def _finish(args, doc: dict) -> int:
         return 0
     banner = "!" * 72
     print(f"\n{banner}\n" + "\n".join(lines) + f"\n{banner}", file=sys.stderr)
-    fatal = args.strict or doc["config"]["dtype"] == "float32"
+    fatal = args.strict or doc["config"]["dtype"] in FULL_PRECISION
     if not fatal:
         print(
             f"note: {doc['config']['dtype']} batched verification can flip near-ties; "
