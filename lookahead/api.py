@@ -169,7 +169,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     finally:
         if streamer is not None:
             streamer.end()
-    stats.total_s = time.perf_counter() - started
+    stats.total_s += time.perf_counter() - started
     if not generation_config.return_dict_in_generate:
         return seq.ids
     return LookaheadDecoderOnlyOutput(
@@ -201,7 +201,8 @@ def _fallback(model, input_ids, logits_processor, stopping_criteria, generation_
     )
     sequences = out if isinstance(out, torch.Tensor) else out.sequences
     stats.fallback = True
-    stats.new_tokens = sequences.shape[1] - input_ids.shape[1]
-    stats.forwards = stats.new_tokens
-    stats.total_s = time.perf_counter() - started
+    new_tokens = sequences.shape[1] - input_ids.shape[1]
+    stats.new_tokens += new_tokens
+    stats.forwards += new_tokens
+    stats.total_s += time.perf_counter() - started
     return out

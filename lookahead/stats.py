@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class LookaheadStats:
-    """Filled in by one ``lookahead.generate`` call (pass one in as ``lookahead_stats=``).
+    """Filled in by ``lookahead.generate`` (pass one in as ``lookahead_stats=``); passing the
+    same object to several calls adds them up.
 
     Attributes:
         forwards: model forward passes, the prompt's prefill included.

@@ -210,3 +210,14 @@ def test_pool_shape_must_match_the_config():
     with pytest.raises(ValueError, match="lookahead_pool"):
         lookahead.generate(tiny_model("llama", "sdpa"), REPEAT, max_new_tokens=4,
                            lookahead_pool=lookahead.NgramPool(3, 4))
+
+
+def test_stats_add_up_over_calls():
+    model = tiny_model("llama", "sdpa")
+    one, both_calls = lookahead.LookaheadStats(), lookahead.LookaheadStats()
+    kwargs = dict(max_new_tokens=20, pad_token_id=0, eos_token_id=None)
+    lookahead.generate(model, REPEAT, lookahead_stats=one, **kwargs)
+    for _ in range(2):
+        lookahead.generate(model, REPEAT, lookahead_stats=both_calls, **kwargs)
+    assert both_calls.new_tokens == 2 * one.new_tokens and both_calls.forwards == 2 * one.forwards
+    assert both_calls.forward_s <= both_calls.total_s and 0 < both_calls.overhead_share < 1
