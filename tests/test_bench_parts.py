@@ -77,7 +77,7 @@ def test_first_difference(a, b, expected):
 
 
 def _record(pid, label, n, forwards, wall, mismatch=None, steps=None, accepted=None):
-    result = RunResult([7] * n, forwards, wall * 0.8, wall, steps, accepted, 100.0)
+    result = RunResult([7] * n, forwards, wall * 0.8, wall, steps, accepted, 100.0, prefill_s=0.1)
     return Record(pid, label, 5, result, mismatch)
 
 
@@ -95,7 +95,8 @@ def test_summaries_and_table():
     assert fast["tokens_per_forward"] == pytest.approx(20 / 9)
     assert fast["acceptance_rate"] == pytest.approx(2 / 3)  # prompt b's steps are unknown
     assert fast["overhead_share"] == pytest.approx(0.2)
-    assert fast["forward_cost"] == pytest.approx((1.2 / 9) / (3.2 / 20))  # mean forward time vs greedy's
+    # mean seconds of a forward after the prefill, relative to greedy's
+    assert fast["forward_cost"] == pytest.approx(((1.2 - 0.2) / 7) / ((3.2 - 0.2) / 18))
     assert fast["mismatches"] == 1 and doc["methods"]["greedy"]["mismatches"] == 0
     assert list(fast)[: len(report.METHOD_KEYS)] == list(report.METHOD_KEYS)
     text = report.table(doc)

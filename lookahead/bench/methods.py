@@ -66,6 +66,7 @@ class RunResult:
     accepted_steps: int | None  # of those, steps that accepted a guessed token (appended > 1)
     peak_mem_mb: float
     extra: dict = field(default_factory=dict)
+    prefill_s: float | None = None  # the first forward's seconds, when the hooks saw every forward
 
     @property
     def new_tokens(self) -> int:
@@ -171,7 +172,9 @@ def measure(name: str, model, input_ids: torch.Tensor, settings: Settings) -> Ru
     tokens = _sequences(out)[0, prompt_len:].tolist()
     peak = probes.peak_memory_mb(model)
     if stats is not None and stats.forwards > 0:
-        return _from_stats(tokens, stats, wall, peak)
+        result = _from_stats(tokens, stats, wall, peak)
+        result.prefill_s = probe.first_s if probe.forwards == stats.forwards else None
+        return result
     return _from_probe(tokens, probe, prompt_len, wall, peak)
 
 
@@ -193,4 +196,4 @@ def _from_probe(tokens, probe: probes.ForwardProbe, prompt_len: int, wall: float
     if appended is not None:
         steps = len(appended) - 1
         accepted = sum(1 for a in appended[1:] if a > 1)
-    return RunResult(tokens, probe.forwards, probe.forward_s, wall, steps, accepted, peak)
+    return RunResult(tokens, probe.forwards, probe.forward_s, wall, steps, accepted, peak, prefill_s=probe.first_s)

@@ -21,6 +21,7 @@ class ForwardProbe:
     Attributes:
         forwards: forward passes seen.
         forward_s: seconds spent inside them (CUDA synchronised on both sides).
+        first_s: seconds of the first one (the prefill).
         starts: sequence position of each forward's first input token (``None`` if unknown).
     """
 
@@ -29,6 +30,7 @@ class ForwardProbe:
         self.cuda = _on_cuda(model)
         self.forwards = 0
         self.forward_s = 0.0
+        self.first_s: float | None = None  # the prefill's forward
         self.starts: list[int | None] = []
         self._t0 = 0.0
         self._handles = []
@@ -54,7 +56,10 @@ class ForwardProbe:
     def _post(self, module, args, output):
         if self.cuda:
             torch.cuda.synchronize()
-        self.forward_s += time.perf_counter() - self._t0
+        elapsed = time.perf_counter() - self._t0
+        if self.first_s is None:
+            self.first_s = elapsed
+        self.forward_s += elapsed
         self.forwards += 1
 
     def appended_per_forward(self, prompt_len: int, final_len: int) -> list[int] | None:

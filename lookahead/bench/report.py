@@ -38,9 +38,11 @@ def per_prompt_speedups(records: list[Record], label: str, baseline: str) -> dic
     }
 
 
-def _mean_forward_s(records: list[Record], label: str | None) -> float | None:
+def _mean_step_forward_s(records: list[Record], label: str | None) -> float | None:
+    """Mean seconds of a forward after the prefill (the prefill's long prompt would skew it)."""
     rows = [r.result for r in records if r.label == label]
-    return _ratio(sum(r.forward_s for r in rows), sum(r.forwards for r in rows))
+    rows = [r for r in rows if r.prefill_s is not None and r.forwards > 1]
+    return _ratio(sum(r.forward_s - r.prefill_s for r in rows), sum(r.forwards - 1 for r in rows))
 
 
 def _engine_extras(rows) -> dict:
@@ -89,7 +91,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "prompts": len(rows),
         "forward_s": forward_s,
         "peak_mem_mb": max((r.peak_mem_mb for r in rows), default=None),
-        "forward_cost": _ratio(_mean_forward_s(records, label) or 0.0, _mean_forward_s(records, baseline) or 0.0),
+        "forward_cost": _ratio(_mean_step_forward_s(records, label) or 0.0, _mean_step_forward_s(records, baseline) or 0.0),
         **_engine_extras(rows),
     }
 
@@ -109,6 +111,7 @@ def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
         "tokens_per_forward": _ratio(result.new_tokens, result.forwards),
         "speedup": _ratio(base, result.wall_s) if base is not None else None,
         "forward_s": result.forward_s,
+        "prefill_s": result.prefill_s,
         "steps": result.steps,
         "accepted_steps": result.accepted_steps,
         "peak_mem_mb": result.peak_mem_mb,
