@@ -317,6 +317,8 @@ def cmd_bench(args) -> int:
     doc = report.document(config, records, labels, methods.BASELINE, exactness=not args.sample)
     print(report.headline(doc["config"]))
     print(report.table(doc))
+    for line in report.explain(doc):
+        print(line)
     if args.json:
         report.write_json(doc, args.json)
         print(f"wrote {args.json}")

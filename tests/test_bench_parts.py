@@ -99,6 +99,8 @@ def test_summaries_and_table():
     assert fast["forward_cost"] == pytest.approx(((1.2 - 0.2) / 7) / ((3.2 - 0.2) / 18))
     assert fast["mismatches"] == 1 and doc["methods"]["greedy"]["mismatches"] == 0
     assert list(fast)[: len(report.METHOD_KEYS)] == list(report.METHOD_KEYS)
+    doc["config"]["baseline"] = "greedy"
+    assert report.explain(doc)[0].startswith("fast: 2.22 tokens/forward / 0.86 forward cost = 2.59x")
     text = report.table(doc)
     assert "NO 1/2" in text and text.splitlines()[0].startswith("method")
     assert report.mismatch_lines(doc) == ["MISMATCH: fast differs from greedy on 1/2 prompts: b@4"]

@@ -194,6 +194,22 @@ def table(doc: dict) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def explain(doc: dict) -> list[str]:
+    """Where each method's speed-up comes from: tokens per forward over the cost of a forward."""
+    base = doc["methods"].get(doc["config"].get("baseline"))
+    lines = []
+    for label, s in doc["methods"].items():
+        if base is None or s is base or None in (s["tokens_per_forward"], s["forward_cost"], s["speedup"]):
+            continue
+        ideal = s["tokens_per_forward"] / s["forward_cost"] if s["forward_cost"] else None
+        lines.append(
+            f"{label}: {s['tokens_per_forward']:.2f} tokens/forward / {s['forward_cost']:.2f} forward cost"
+            f" = {_fmt(ideal, '.2f')}x from forwards; measured {s['speedup']:.2f}x"
+            f" (overhead {_fmt(s['overhead_share'], '.0%')} vs greedy {_fmt(base['overhead_share'], '.0%')})"
+        )
+    return lines
+
+
 def mismatch_lines(doc: dict) -> list[str]:
     """One loud line per method whose output differs from the baseline's."""
     lines = []
