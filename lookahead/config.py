@@ -40,9 +40,10 @@ class LookaheadConfig:
             tokens, whose continuations are tried first (more precise on code and text).
         prompt_ngrams: also fill the pool with the n-grams of the prompt and of the accepted
             text.
-        copy_length: length of one more guess copied from the text itself (prompt and
-            accepted tokens) after the latest earlier occurrence of its last tokens: prompt
-            lookup, folded into the same trie. 0 turns it off.
+        copy_length: the longest guess copied from the text itself (prompt and accepted
+            tokens) after the latest earlier occurrence of its last tokens: prompt lookup,
+            folded into the same trie. The copy starts at 4 tokens, doubles each time it
+            holds in full and drops to what held (+2) when it breaks. 0 turns it off.
         copy_match: the most trailing tokens that copy lookup tries to match (it falls back
             to fewer, down to one).
         adaptive: choose each step between the full shape and a lean one (guesses only, no
@@ -55,13 +56,13 @@ class LookaheadConfig:
     """
 
     window: int = 4
-    ngram: int = 4
-    guesses: int = 4
+    ngram: int = 5
+    guesses: int = 2
     method: str = "lookahead"
     pool_capacity: int = 1 << 14
     context_tokens: int = 2
     prompt_ngrams: bool = True
-    copy_length: int = 8
+    copy_length: int = 16
     copy_match: int = 2
     adaptive: bool = True
     on_unsupported: str = "error"

@@ -91,6 +91,10 @@ class Decoder:
             self.pool = pool if pool is not None else NgramPool(
                 config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
         self._copy_out = np.empty(config.copy_length, dtype=np.int64)
+        self._copied = self._copy_out[:0]
+        # the copy guess grows while it holds in full and shrinks to what held when it breaks,
+        # so copying stretches pay for their length and other text costs two tokens a step
+        self.copy_budget = min(config.copy_length, 4)
         self.window: JacobiWindow | None = None
         self.controller = ShapeController(adaptive=config.adaptive and config.method == "lookahead")
         self.step_mask: StepMask | None = None  # root + window + guesses
@@ -148,6 +152,7 @@ class Decoder:
         else:
             self.window.slide(accepted)
         self._learn_text(seq, accepted)
+        self._size_copy(seq.tokens[-accepted:])
 
     def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int):
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
@@ -181,8 +186,8 @@ class Decoder:
             self.stats.pool_lookups += 1
             self.stats.pool_hits += int(pooled.shape[0] > 0)
         if cfg.uses_copy:
-            n = kernels.copy_guess(seq.array(), cfg.copy_match, cfg.copy_length, self._copy_out)
-            copied = self._copy_out[:n]
+            out = self._copy_out[: self.copy_budget]
+            copied = self._copied = out[: kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)]
         if copied is None or copied.shape[0] == 0:
             return pooled
         width = max(copied.shape[0], pooled.shape[1] if pooled is not None else 0)
@@ -192,6 +197,20 @@ class Decoder:
         if rows > 1:
             cands[1:, : pooled.shape[1]] = pooled
         return cands
+
+    def _size_copy(self, appended: list[int]) -> None:
+        """Grow the copy guess after it held in full, else cut it to what held (+2)."""
+        copied = self._copied.tolist()
+        if not copied:
+            return
+        held = 0
+        while held < min(len(copied), len(appended)) and copied[held] == appended[held]:
+            held += 1
+        if held == len(copied):
+            self.copy_budget = min(2 * self.copy_budget, self.config.copy_length)
+        else:
+            self.copy_budget = min(max(held + 2, 2), self.config.copy_length)
+        self._copied = self._copy_out[:0]
 
     def _advance_window(self, logits: torch.Tensor, accepted: int, root: int) -> None:
         """The newest level's predictions become a level; full columns go to the pool."""
