@@ -213,6 +213,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
     return {
         "command": args.command,
         "model": args.model or loading.DEFAULT_MODEL,
+        "model_name": loading.model_name(args.model),
         "model_type": getattr(model.config, "model_type", None),
         "model_params": sum(p.numel() for p in model.parameters()),
         "dtype": loading.dtype_name(loading.model_dtype(model)),
@@ -367,7 +368,7 @@ def cmd_sweep(args) -> int:
     if args.plot:
         from lookahead.bench import plot
 
-        _plot(plot.sweep_heatmap, cells, args.plot, title=f"{config['model']} · {config['dtype']} · {args.prompts}")
+        _plot(plot.sweep_heatmap, cells, args.plot, title=f"{config['model_name']} · {config['dtype']} · {args.prompts}")
     return _finish(args, doc)
 
 

@@ -219,3 +219,23 @@ def test_set_and_keep_pool_reach_the_engine(tiny_model_dir, prompt_file, tmp_pat
     assert doc["config"]["lookahead"]["copy_length"] == 0 and doc["config"]["keep_pool"] is True
     assert cli.main(bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--set", "nope=1")) == cli.EXIT_USAGE
     assert cli.main(bench(tiny_model_dir, prompt_file, "--set", "window=3")) == cli.EXIT_USAGE
+
+
+def _default_model_shipped() -> bool:
+    try:
+        from lookahead.default_model import default_model_path
+    except ImportError:
+        return False
+    return (default_model_path() / "model.safetensors").is_file()
+
+
+@pytest.mark.skipif(not _default_model_shipped(), reason="embedded model not shipped in this checkout")
+@pytest.mark.parametrize("prompt_set", ["humaneval", "grounded", "adversarial"])
+def test_embedded_model_without_model_option(prompt_set, tmp_path):
+    out = tmp_path / "d.json"
+    argv = ["bench", "--prompts", prompt_set, "--limit", "1", "--max-new-tokens", "6", "--methods", "greedy",
+            "--threads", "1", "--no-progress", "--no-warmup", "--json", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["model"] == "default" and doc["config"]["n_prompts"] == 1
+    assert doc["methods"]["greedy"]["new_tokens"] > 0

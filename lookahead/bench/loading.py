@@ -83,6 +83,18 @@ def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_cod
     return lm.to(device), tokenizer
 
 
+def model_name(model: str | None) -> str:
+    """A short name: the embedded model's name, or the directory's / hub id's last part."""
+    if model in (None, DEFAULT_MODEL):
+        try:
+            from lookahead.default_model import DEFAULT_MODEL_NAME
+
+            return DEFAULT_MODEL_NAME
+        except ImportError:
+            return DEFAULT_MODEL
+    return os.path.basename(os.path.normpath(model)) or model
+
+
 def model_dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
 

@@ -176,7 +176,7 @@ def headline(config: dict) -> str:
     params = config.get("model_params")
     size = f" ({params / 1e6:.1f}M params)" if params else ""
     return (
-        f"{config.get('model')}{size} · {config.get('dtype')} · {config.get('device')} · "
+        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · {config.get('device')} · "
         f"{config.get('threads')} threads · {config.get('n_prompts')} x {config.get('prompts')} prompts · "
         f"{config.get('max_new_tokens')} new tokens · {mode}"
     )
