@@ -202,12 +202,25 @@ def _setup(args):
     return model, chosen, encoded, settings
 
 
-def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
+def _versions() -> dict:
     import numpy
     import torch
     import transformers
 
     import lookahead
+
+    return {
+        "lookahead": getattr(lookahead, "__version__", None),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
+    import torch
+
     from lookahead.bench import loading
 
     return {
@@ -234,13 +247,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         "warmup": not args.no_warmup,
         "keep_pool": args.keep_pool,
         "repeats": args.repeats,
-        "versions": {
-            "lookahead": getattr(lookahead, "__version__", None),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "numpy": numpy.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": _versions(),
         "platform": {"system": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", args.started_at),
     }

@@ -1,0 +1,6 @@
+"""The benchmark behind ``lookahead bench`` and ``lookahead sweep`` (see docs/bench.md).
+
+prompts: prompt sets; methods: how each method runs and is measured; probes: forward hooks and
+peak memory; runner: the interleaved loop; report: aggregates, table, JSON; sweep: the grid;
+plot: figures; loading: the model under test.
+"""
