@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--methods",
         default=None,
-        help=f"comma-separated, from {', '.join(methods.METHODS)}; greedy always runs as the baseline "
+        help=f"comma-separated, from {', '.join(methods.METHODS)}, or 'all'; greedy always runs as the baseline "
         f"(default: {','.join(DEFAULT_METHODS)}, those available)",
     )
     shape = bench.add_argument_group("lookahead shape (default: LookaheadConfig's defaults)")
@@ -164,6 +164,8 @@ def _select_methods(spec: str | None) -> list[str]:
             print(f"note: skipping unavailable method(s): {', '.join(skipped)}", file=sys.stderr)
     else:
         chosen = [m.strip() for m in spec.split(",") if m.strip()]
+        if chosen == ["all"]:
+            chosen = [m for m in methods.METHODS if methods.available(m)]
         unknown = [m for m in chosen if m not in methods.METHODS]
         if unknown:
             raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(methods.METHODS)}")

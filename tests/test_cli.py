@@ -136,9 +136,10 @@ def test_reduced_precision_mismatch_needs_strict(tiny_model_dir, prompt_file, mo
 def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkeypatch):
     monkeypatch.setattr(lookahead, "generate", fake_engine, raising=False)
     out = tmp_path / "la.json"
-    argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead,jacobi", "--window", "3", "--json", str(out))
+    argv = bench(tiny_model_dir, prompt_file, "--methods", "all", "--window", "3", "--json", str(out))
     assert cli.main(argv + ["--plot", str(tmp_path / "bench.png")]) == 0
     doc = json.loads(out.read_text())
+    assert list(doc["methods"]) == ["greedy", "lookahead", "jacobi", "prompt-lookup"]
     la = doc["methods"]["lookahead"]
     assert la["mismatches"] == 0 and la["tokens_per_forward"] > 1.0
     assert la["acceptance_rate"] == pytest.approx(0.5, abs=0.2)
