@@ -185,6 +185,7 @@ def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
         "pool_hits": stats.pool_hits,
         "pool_lookups": stats.pool_lookups,
         "guess_tokens": stats.guess_tokens,
+        "lean_steps": getattr(stats, "lean_steps", 0),
         "fallback": stats.fallback,
     }
     return RunResult(tokens, stats.forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra)

@@ -59,6 +59,7 @@ def _engine_extras(rows) -> dict:
     return {
         "pool_hit_rate": _ratio(sum(e["pool_hits"] for e in extras), sum(e["pool_lookups"] for e in extras)),
         "guess_tokens_per_step": _ratio(sum(e["guess_tokens"] for e in extras), steps),
+        "lean_share": _ratio(sum(e.get("lean_steps", 0) for e in extras), steps),
         "accepted_hist": hist,
         "fallbacks": sum(1 for e in extras if e["fallback"]),
     }
