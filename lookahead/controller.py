@@ -1,20 +1,21 @@
 """Backing off when guesses stop paying: choose each step's shape by measured tokens per second.
 
-Two shapes compete:
+Three shapes compete:
 
 - ``full``: root + Jacobi window + guesses (the window keeps producing n-grams);
-- ``lean``: root + guesses from the pool and the copy lookup only (just the root when there
-  are none, which is plain decoding).
+- ``lean``: root + guesses from the pool and the copy lookup only;
+- ``plain``: the root alone, i.e. plain decoding (one token, the cheapest forward).
 
 Each keeps an exponential moving average of tokens accepted per step and of the step's
 forward time, both measured on this model and machine. The controller runs the shape with
-the better tokens-per-second and tries the other one every ``explore_every`` steps, so a
-prompt where guesses start to hold again wins the window back.
+the best tokens-per-second and tries each other one every ``explore_every`` steps, so a
+prompt where guesses start to hold again wins them back.
 """
 
 from __future__ import annotations
 
-FULL, LEAN = "full", "lean"
+FULL, LEAN, PLAIN = "full", "lean", "plain"
+SHAPES = (FULL, LEAN, PLAIN)
 
 
 class _Average:
@@ -33,11 +34,11 @@ class _Average:
 
 
 class ShapeController:
-    """Picks ``FULL`` or ``LEAN`` for the next step from the measured rates.
+    """Picks the next step's shape from the measured rates.
 
     Args:
         adaptive: False pins every step to ``FULL``.
-        explore_every: steps between tries of the shape not currently preferred.
+        explore_every: steps between tries of a shape not currently preferred.
         alpha: weight of the newest step in the moving averages.
     """
 
@@ -45,10 +46,10 @@ class ShapeController:
         self.adaptive = adaptive
         self.explore_every = explore_every
         self.alpha = alpha
-        self._tokens = {FULL: _Average(), LEAN: _Average()}
-        self._seconds = {FULL: _Average(), LEAN: _Average()}
-        self._since = {FULL: 0, LEAN: 0}
-        self.counts = {FULL: 0, LEAN: 0}
+        self._tokens = {shape: _Average() for shape in SHAPES}
+        self._seconds = {shape: _Average() for shape in SHAPES}
+        self._since = dict.fromkeys(SHAPES, 0)
+        self.counts = dict.fromkeys(SHAPES, 0)
 
     def rate(self, shape: str) -> float:
         """Measured tokens per second of ``shape`` (0 before it ran)."""
@@ -58,17 +59,16 @@ class ShapeController:
     def choose(self) -> str:
         if not self.adaptive:
             return FULL
-        for shape in (FULL, LEAN):
+        for shape in SHAPES:
             if self.counts[shape] < 2:
                 return shape
-        best = FULL if self.rate(FULL) >= self.rate(LEAN) else LEAN
-        other = LEAN if best == FULL else FULL
-        return other if self._since[other] >= self.explore_every else best
+        best = max(SHAPES, key=self.rate)
+        stale = [shape for shape in SHAPES if shape != best and self._since[shape] >= self.explore_every]
+        return stale[0] if stale else best
 
     def record(self, shape: str, accepted: int, seconds: float) -> None:
         self._tokens[shape].add(float(accepted), self.alpha)
         self._seconds[shape].add(seconds, self.alpha)
         self.counts[shape] += 1
-        self._since[shape] = 0
-        other = LEAN if shape == FULL else FULL
-        self._since[other] += 1
+        for other in SHAPES:
+            self._since[other] = 0 if other == shape else self._since[other] + 1

@@ -10,7 +10,7 @@ import torch
 from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
-from lookahead.controller import FULL, ShapeController
+from lookahead.controller import FULL, PLAIN, ShapeController
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
@@ -133,12 +133,13 @@ class Decoder:
         shape = self.controller.choose()
         window = self.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
-        tree, ids, offsets, mask = self._layout(seq, window, past_len)
+        tree, ids, offsets, mask = self._layout(seq, window, past_len, guess=shape != PLAIN)
         spent = self.stats.forward_s
         logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=(self.position + offsets)[None])
         self.stats.steps += 1
         self.stats.guess_tokens += ids.shape[1] - 1
         self.stats.lean_steps += int(window is None)
+        self.stats.plain_steps += int(shape == PLAIN)
 
         keep = self._accept(seq, tree, logits)
         accepted = len(keep)
@@ -154,11 +155,11 @@ class Decoder:
         self._learn_text(seq, accepted)
         self._size_copy(seq.tokens[-accepted:])
 
-    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int):
+    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool):
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         chain = window.chain if window is not None else _NO_CHAIN
         head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
-        tree = GuessTree.build(chain, len(head), self._guesses(seq))
+        tree = GuessTree.build(chain, len(head), self._guesses(seq) if guess else None)
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])

@@ -17,7 +17,8 @@ class LookaheadStats:
         accepted: histogram, ``accepted[k]`` = number of steps that appended k tokens.
         pool_lookups / pool_hits: steps that asked the pool / that got at least one guess.
         guess_tokens: tokens fed as guesses (window + candidates), summed over steps.
-        lean_steps: steps that ran without the window (the controller backed off).
+        lean_steps: steps that ran without the window (lean or plain: the controller backed off).
+        plain_steps: steps that ran the last token alone, as plain decoding.
         forward_s: seconds spent inside the model's forward (prefill included).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.
         fallback: True when the call ran plain ``model.generate`` instead.
@@ -31,6 +32,7 @@ class LookaheadStats:
     pool_hits: int = 0
     guess_tokens: int = 0
     lean_steps: int = 0
+    plain_steps: int = 0
     forward_s: float = 0.0
     total_s: float = 0.0
     fallback: bool = False
@@ -64,6 +66,7 @@ class LookaheadStats:
             "pool_hits": self.pool_hits,
             "guess_tokens": self.guess_tokens,
             "lean_steps": self.lean_steps,
+            "plain_steps": self.plain_steps,
             "forward_s": self.forward_s,
             "total_s": self.total_s,
             "overhead_share": self.overhead_share,
