@@ -1,0 +1,5 @@
+"""``python -m lookahead``: the same as the ``lookahead`` command."""
+
+from lookahead.cli import main
+
+raise SystemExit(main())
