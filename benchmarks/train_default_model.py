@@ -380,6 +380,16 @@ def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
 # --------------------------------------------------------------------------------------------
 # model card
 # --------------------------------------------------------------------------------------------
+def _verdict(m: dict) -> str:
+    if "humaneval_compile_share" not in m:
+        return "Not evaluated yet."
+    ok = m["humaneval_compile_share"] >= 0.80 and m["humaneval_repeated_4gram_share"] <= 0.30
+    if ok:
+        return "This model meets both."
+    return ("This model does NOT meet them: it is undertrained (see Training) and its greedy completions "
+            "often degenerate into repetition, running past 128 tokens without closing a bracket.")
+
+
 def write_card(out: Path, info: dict):
     m = info.get("final_eval", {})
     b = info.get("baseline_eval", {})
@@ -448,6 +458,9 @@ share of token 4-grams in a completion that already occurred earlier in it (summ
 |---|---|---|---|---|
 | final (step {info['steps']}) | {f(m,'val_loss')} | {f(m,'stdlib_test_loss')} | {f(m,'humaneval_compile_share','{:.2f}')} | {f(m,'humaneval_repeated_4gram_share','{:.2f}')} |
 | baseline (step {info['baseline_step']}) | {f(b,'val_loss')} | {f(b,'stdlib_test_loss')} | {f(b,'humaneval_compile_share','{:.2f}')} | {f(b,'humaneval_repeated_4gram_share','{:.2f}')} |
+
+Targets set in the project (issue 4): at least 0.80 compiling and at most 0.30 repeated 4-grams.
+{_verdict(m)}
 
 ## Use
 ```python
