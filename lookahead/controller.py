@@ -21,9 +21,9 @@ SHAPES = (FULL, LEAN, PLAIN)
 class _Average:
     __slots__ = ("value", "weight")
 
-    def __init__(self):
-        self.value = 0.0
-        self.weight = 0.0
+    def __init__(self, prior: float = 0.0, weight: float = 0.0):
+        self.value = prior * weight
+        self.weight = weight
 
     def add(self, x: float, alpha: float) -> None:
         self.value = (1 - alpha) * self.value + alpha * x
@@ -46,7 +46,9 @@ class ShapeController:
         self.adaptive = adaptive
         self.explore_every = explore_every
         self.alpha = alpha
-        self._tokens = {shape: _Average() for shape in SHAPES}
+        # a step with guesses is assumed to yield two tokens until measured otherwise, so a
+        # cold pool's first misses do not send decoding to the plain shape
+        self._tokens = {shape: _Average(1.0 if shape == PLAIN else 2.0, 1.0) for shape in SHAPES}
         self._seconds = {shape: _Average() for shape in SHAPES}
         self._since = dict.fromkeys(SHAPES, 0)
         self.counts = dict.fromkeys(SHAPES, 0)
