@@ -142,8 +142,9 @@ def text_ngrams(tokens, start, n):
 @njit(cache=True)
 def copy_guess(tokens, max_match, length, out):
     """Prompt lookup over the text itself: find the latest earlier occurrence of the text's
-    last k tokens (k from ``max_match`` down to 1) and copy up to ``length`` tokens that
-    followed it into ``out``. Returns how many were copied (0 when nothing matched)."""
+    last k tokens (k from ``max_match`` down to 1) and copy the ``length`` tokens that
+    followed it into ``out`` (reaching the end of the text, the copy continues from its own
+    start, as the text would if it repeated). Returns how many were copied (0: no match)."""
     n = tokens.shape[0]
     for k in range(min(max_match, n - 1), 0, -1):
         for start in range(n - k - 1, -1, -1):
@@ -153,9 +154,12 @@ def copy_guess(tokens, max_match, length, out):
                     same = False
                     break
             if same:
-                m = min(length, n - start - k)
+                # past the text's end the copy goes on copying itself: a match p tokens back
+                # predicts a loop of period p, not a guess cut short after p tokens
+                m = min(length, out.shape[0])
                 for j in range(m):
-                    out[j] = tokens[start + k + j]
+                    src = start + k + j
+                    out[j] = tokens[src] if src < n else out[src - n]
                 return m
     return 0
 

@@ -100,7 +100,7 @@ def test_zero_guesses_pool_is_empty():
 
 @given(tokens=st.lists(st.integers(0, 5), min_size=1, max_size=40), match=st.integers(1, 3),
        length=st.integers(1, 8))
-def test_copy_guess_follows_the_latest_longest_match(tokens, match, length):
+def test_copy_guess_follows_the_latest_longest_match_and_loops_on(tokens, match, length):
     from lookahead.kernels import copy_guess
 
     arr = np.array(tokens, dtype=np.int64)
@@ -112,7 +112,10 @@ def test_copy_guess_follows_the_latest_longest_match(tokens, match, length):
         starts = [s for s in range(len(tokens) - k) if tokens[s:s + k] == tail]
         if starts:
             s = max(starts)
-            expected = tokens[s + k: s + k + length]
+            text = list(tokens)
+            while len(expected) < length:  # the text as it would go on if it repeated
+                text.append(text[s + k + len(expected)])
+                expected.append(text[-1])
             break
     assert got == expected
 
