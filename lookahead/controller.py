@@ -38,7 +38,8 @@ class ShapeController:
 
     Args:
         adaptive: False pins every step to ``FULL``.
-        explore_every: steps between tries of a shape not currently preferred.
+        explore_every: steps between tries of a shape not currently preferred (a third of
+            that for the lean shape, twice that for the full one).
         alpha: weight of the newest step in the moving averages.
     """
 
@@ -51,6 +52,9 @@ class ShapeController:
         self._tokens = {shape: _Average(1.0 if shape == PLAIN else 2.0, 1.0) for shape in SHAPES}
         self._seconds = {shape: _Average() for shape in SHAPES}
         self._since = dict.fromkeys(SHAPES, 0)
+        # cheap tries come often: a lean step costs little more than a plain one and finds the
+        # moment guesses start to hold (text that begins to repeat); the window costs most
+        self._waits = {LEAN: max(explore_every // 3, 1), PLAIN: explore_every, FULL: 2 * explore_every}
         self.counts = dict.fromkeys(SHAPES, 0)
 
     def rate(self, shape: str) -> float:
@@ -65,7 +69,7 @@ class ShapeController:
             if self.counts[shape] < 2:
                 return shape
         best = max(SHAPES, key=self.rate)
-        stale = [shape for shape in SHAPES if shape != best and self._since[shape] >= self.explore_every]
+        stale = [shape for shape in SHAPES if shape != best and self._since[shape] >= self._waits[shape]]
         return stale[0] if stale else best
 
     def record(self, shape: str, accepted: int, seconds: float) -> None:

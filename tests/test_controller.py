@@ -29,7 +29,7 @@ def test_prefers_the_faster_shape_and_keeps_exploring():
 
 
 def test_window_wins_back_when_it_pays_again():
-    controller = ShapeController(explore_every=4)
+    controller = ShapeController(explore_every=12)
     run(controller, 20, {FULL: (1, 0.02), LEAN: (1, 0.01), PLAIN: (1, 0.01)})
     shapes = run(controller, 40, {FULL: (4, 0.02), LEAN: (1, 0.01), PLAIN: (1, 0.01)})
     assert shapes[-20:].count(FULL) >= 12
