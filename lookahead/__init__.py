@@ -6,7 +6,7 @@ what it returns, token for token, in fewer forward passes.
 
 from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
 from lookahead.config import LookaheadConfig
-from lookahead.default_model import load_default_model
+from lookahead.default_model import default_model_path, load_default_model
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported
@@ -18,6 +18,7 @@ __all__ = [
     "NgramPool",
     "Unsupported",
     "custom_generate",
+    "default_model_path",
     "generate",
     "load_default_model",
 ]
