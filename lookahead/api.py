@@ -75,8 +75,6 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         raise TypeError(f"lookahead_config must be a LookaheadConfig, got {type(lookahead_config).__name__}")
     if lookahead_stats is not None and not isinstance(lookahead_stats, LookaheadStats):
         raise TypeError(f"lookahead_stats must be a LookaheadStats, got {type(lookahead_stats).__name__}")
-    if lookahead_pool is not None:
-        _check_pool(lookahead_pool, lookahead_config)
     for name in ("assistant_model", "prompt_lookup_num_tokens"):
         if kwargs.get(name) is not None:
             raise Unsupported(f"{name} is not supported by lookahead.generate: it brings its own guesses "
@@ -138,6 +136,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     config = lookahead_config if lookahead_config is not None else LookaheadConfig()
     stats = lookahead_stats if lookahead_stats is not None else LookaheadStats()
     streamer = lookahead_streamer if lookahead_streamer is not None else streamer
+    if lookahead_pool is not None:
+        _check_pool(lookahead_pool, config)
     check_request(generation_config, input_ids.shape[0])
     try:
         check_model(model)
