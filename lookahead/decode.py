@@ -210,7 +210,7 @@ class Decoder:
         if held == len(copied):
             self.copy_budget = min(2 * self.copy_budget, self.config.copy_length)
         else:
-            self.copy_budget = min(max(held + 2, 2), self.config.copy_length)
+            self.copy_budget = min(held + 2, self.config.copy_length)
         self._copied = self._copy_out[:0]
 
     def _advance_window(self, logits: torch.Tensor, accepted: int, root: int) -> None:

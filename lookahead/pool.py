@@ -11,13 +11,15 @@ def _power_of_two(n: int) -> int:
     return 1 << max(int(n) - 1, 1).bit_length()
 
 
-def context_key(before: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """The key of a two-token context ``(before, key)``; -1 where ``before`` is unknown.
+def _pair_key(before, key):
+    """Single-token keys are the token ids themselves (< 2**31); a two-token context's key
+    starts at 2**32, so both live in one table without colliding. Ints or int64 arrays."""
+    return ((before + 1) << 32) | key
 
-    Single-token keys are the token ids themselves (< 2**31); context keys start at 2**32,
-    so both live in one table without colliding.
-    """
-    return np.where(before >= 0, ((before + 1) << 32) | key, -1)
+
+def context_key(before: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The keys of two-token contexts ``(before, key)``; -1 where ``before`` is unknown."""
+    return np.where(before >= 0, _pair_key(before, key), -1)
 
 
 class NgramPool:
@@ -86,6 +88,6 @@ class NgramPool:
         n = 0
         args = (self._keys, self._stamps, self._counts, self._conts, self._clock)
         if self.context_tokens == 2 and before >= 0:
-            n = kernels.pool_lookup(*args, np.int64(((before + 1) << 32) | key), self._out, 0)
+            n = kernels.pool_lookup(*args, np.int64(_pair_key(before, key)), self._out, 0)
         n = kernels.pool_lookup(*args, np.int64(key), self._out, n)
         return self._out[:n]
