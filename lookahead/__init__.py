@@ -6,12 +6,15 @@ what it returns, token for token, in fewer forward passes.
 
 from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
 from lookahead.config import LookaheadConfig
+from lookahead.costmodel import CostCurve
 from lookahead.default_model import default_model_path, load_default_model
+from lookahead.export import export_custom_generate
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported
 
 __all__ = [
+    "CostCurve",
     "LookaheadConfig",
     "LookaheadDecoderOnlyOutput",
     "LookaheadStats",
@@ -19,6 +22,7 @@ __all__ = [
     "Unsupported",
     "custom_generate",
     "default_model_path",
+    "export_custom_generate",
     "generate",
     "load_default_model",
 ]

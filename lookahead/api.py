@@ -12,6 +12,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria, Stoppi
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead.config import LookaheadConfig
+from lookahead.costmodel import CostCurve, cost_curve
 from lookahead.decode import lookahead_decode
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
@@ -49,7 +50,8 @@ def _check_inputs(inputs, kwargs) -> None:
 
 def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: LookaheadConfig | None = None,
              lookahead_stats: LookaheadStats | None = None, lookahead_pool: NgramPool | None = None,
-             streamer=None, generator: torch.Generator | None = None, **kwargs):
+             lookahead_costs: CostCurve | None = None, streamer=None, generator: torch.Generator | None = None,
+             **kwargs):
     """Generate like ``model.generate``, with lookahead decoding.
 
     Takes what ``model.generate`` takes (``input_ids``/``inputs``, ``attention_mask``,
@@ -64,6 +66,10 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
             ``return_dict_in_generate=True`` the output also carries them.
         lookahead_pool: an ``NgramPool(ngram, guesses)`` to use and keep filling, so that
             what one request taught helps the next (the default is a fresh pool per call).
+        lookahead_costs: a ``CostCurve``: what a forward over k tokens costs relative to one,
+            which the adaptive controller weighs guesses against. Default: measured once per
+            model, dtype, device and thread count (about a second) and kept in
+            ``~/.cache/lookahead/costs.json``; under ``torch.distributed`` rank 0's curve.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             so ``torch.manual_seed`` makes runs repeat).
     """
@@ -85,7 +91,8 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
     _stop_strings_to_criteria(kwargs)
     return model.generate(
         inputs, custom_generate=custom_generate, lookahead_config=lookahead_config,
-        lookahead_stats=lookahead_stats, lookahead_pool=lookahead_pool, lookahead_streamer=streamer,
+        lookahead_stats=lookahead_stats, lookahead_pool=lookahead_pool, lookahead_costs=lookahead_costs,
+        lookahead_streamer=streamer,
         lookahead_generator=generator, **kwargs,
     )
 
@@ -124,7 +131,8 @@ def _stop_strings_to_criteria(kwargs: dict) -> None:
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
                     synced_gpus=False, streamer=None, lookahead_config=None, lookahead_stats=None,
-                    lookahead_pool=None, lookahead_streamer=None, lookahead_generator=None, **model_kwargs):
+                    lookahead_pool=None, lookahead_costs=None, lookahead_streamer=None, lookahead_generator=None,
+                    **model_kwargs):
     """Decoding method for ``model.generate(..., custom_generate=lookahead.custom_generate)``.
 
     transformers prepares processors, stopping criteria and an empty cache, then calls this.
@@ -138,6 +146,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     streamer = lookahead_streamer if lookahead_streamer is not None else streamer
     if lookahead_pool is not None:
         _check_pool(lookahead_pool, config)
+    if lookahead_costs is not None and not isinstance(lookahead_costs, CostCurve):
+        raise TypeError(f"lookahead_costs must be a lookahead.CostCurve, got {type(lookahead_costs).__name__}")
     check_request(generation_config, input_ids.shape[0])
     try:
         check_model(model)
@@ -163,7 +173,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     try:
         seq = lookahead_decode(
             model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
-            pool=lookahead_pool,
+            pool=lookahead_pool, costs=_costs(model, config, lookahead_costs),
             streamer=streamer, keep_scores=keep_scores, keep_logits=keep_logits, **model_kwargs,
         )
     finally:
@@ -171,14 +181,21 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
             streamer.end()
     stats.total_s += time.perf_counter() - started
     if not generation_config.return_dict_in_generate:
-        return seq.ids
+        return seq.ids.clone()
     return LookaheadDecoderOnlyOutput(
-        sequences=seq.ids,
+        sequences=seq.ids.clone(),
         scores=tuple(seq.scores) if keep_scores else None,
         logits=tuple(seq.logits) if keep_logits else None,
         past_key_values=model_kwargs.get("cache"),
         lookahead_stats=stats,
     )
+
+
+def _costs(model, config: LookaheadConfig, given: CostCurve | None) -> CostCurve | None:
+    """The curve the adaptive controller needs (none when it is off)."""
+    if given is not None or not config.adaptive or config.method != "lookahead":
+        return given
+    return cost_curve(model)
 
 
 def _drop_generate_only(model_kwargs: dict) -> None:

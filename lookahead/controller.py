@@ -1,4 +1,4 @@
-"""Backing off when guesses stop paying: choose each step's shape by measured tokens per second.
+"""Backing off when guesses stop paying: each step's shape by expected tokens per unit cost.
 
 Three shapes compete:
 
@@ -6,16 +6,27 @@ Three shapes compete:
 - ``lean``: root + guesses from the pool and the copy lookup only;
 - ``plain``: the root alone, i.e. plain decoding (one token, the cheapest forward).
 
-Each keeps an exponential moving average of tokens accepted per step and of the step's
-forward time, both measured on this model and machine. The controller runs the shape with
-the best tokens-per-second and tries each other one every ``explore_every`` steps, so a
-prompt where guesses start to hold again wins them back.
+Each guessing shape keeps moving averages of the tokens it accepted per step and of the
+tokens it fed; its rate is ``tokens / (cost(fed) + overhead)``, with ``cost`` the model's
+calibrated :class:`~lookahead.costmodel.CostCurve` and ``overhead`` the decoder's own work
+per guessing step in the same units. Plain decoding's rate is exactly 1. No decision reads a
+clock, so a busy machine cannot push decoding into a bad shape, and every rank of a
+distributed run makes the same choices.
+
+The best shape runs; the others are tried now and then so a text that starts to repeat wins
+the guesses back. A try that loses again waits twice as long for the next one (up to
+``max_backoff`` times the base wait), so where nothing holds exploration gets rarer.
 """
 
 from __future__ import annotations
 
+from lookahead.costmodel import CostCurve
+
 FULL, LEAN, PLAIN = "full", "lean", "plain"
 SHAPES = (FULL, LEAN, PLAIN)
+# the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in
+# seconds; measured by benchmarks/overhead.py on this project's CPU
+GUESS_OVERHEAD_S = 4e-4
 
 
 class _Average:
@@ -34,47 +45,66 @@ class _Average:
 
 
 class ShapeController:
-    """Picks the next step's shape from the measured rates.
+    """Picks the next step's shape from token counts and the cost curve.
 
     Args:
+        costs: the model's cost curve (``CostCurve.linear()``, proportional cost, when None).
         adaptive: False pins every step to ``FULL``.
-        explore_every: steps between tries of a shape not currently preferred (a third of
-            that for the lean shape, twice that for the full one).
+        explore_every: base steps between tries of a shape not currently preferred (a third
+            of that for the lean shape, twice that for the full one).
         alpha: weight of the newest step in the moving averages.
+        max_backoff: the most a losing shape's wait grows, as a multiple of its base wait.
     """
 
-    def __init__(self, adaptive: bool = True, explore_every: int = 12, alpha: float = 0.25):
+    def __init__(self, costs: CostCurve | None = None, adaptive: bool = True, explore_every: int = 12,
+                 alpha: float = 0.25, max_backoff: int = 8):
+        self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
-        self.explore_every = explore_every
         self.alpha = alpha
+        self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S)
         # a step with guesses is assumed to yield two tokens until measured otherwise, so a
         # cold pool's first misses do not send decoding to the plain shape
-        self._tokens = {shape: _Average(1.0 if shape == PLAIN else 2.0, 1.0) for shape in SHAPES}
-        self._seconds = {shape: _Average() for shape in SHAPES}
+        self._tokens = {shape: _Average(2.0, 1.0) for shape in (FULL, LEAN)}
+        self._fed = {shape: _Average() for shape in (FULL, LEAN)}
         self._since = dict.fromkeys(SHAPES, 0)
         # cheap tries come often: a lean step costs little more than a plain one and finds the
         # moment guesses start to hold (text that begins to repeat); the window costs most
-        self._waits = {LEAN: max(explore_every // 3, 1), PLAIN: explore_every, FULL: 2 * explore_every}
+        self._base = {LEAN: max(explore_every // 3, 1), FULL: 2 * explore_every}
+        self._waits = dict(self._base)
+        self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(SHAPES, 0)
 
     def rate(self, shape: str) -> float:
-        """Measured tokens per second of ``shape`` (0 before it ran)."""
-        seconds = self._seconds[shape].mean()
-        return self._tokens[shape].mean() / seconds if seconds > 0 else 0.0
+        """Expected tokens per one-token-forward of cost (plain decoding: 1)."""
+        if shape == PLAIN:
+            return 1.0
+        fed = self._fed[shape].mean()
+        if fed <= 0:
+            return 0.0
+        return self._tokens[shape].mean() / (self.costs(fed) + self.overhead)
+
+    def best(self) -> str:
+        return max(SHAPES, key=self.rate)
 
     def choose(self) -> str:
         if not self.adaptive:
             return FULL
-        for shape in SHAPES:
+        for shape in (FULL, LEAN):
             if self.counts[shape] < 2:
                 return shape
-        best = max(SHAPES, key=self.rate)
-        stale = [shape for shape in SHAPES if shape != best and self._since[shape] >= self._waits[shape]]
+        best = self.best()
+        stale = [shape for shape in (FULL, LEAN) if shape != best and self._since[shape] >= self._waits[shape]]
         return stale[0] if stale else best
 
-    def record(self, shape: str, accepted: int, seconds: float) -> None:
-        self._tokens[shape].add(float(accepted), self.alpha)
-        self._seconds[shape].add(seconds, self.alpha)
+    def record(self, shape: str, accepted: int, fed: int) -> None:
+        """A step of ``shape`` fed ``fed`` tokens and appended ``accepted``."""
+        explored = self.adaptive and self.counts[FULL] >= 2 and self.counts[LEAN] >= 2 and shape != self.best()
+        if shape != PLAIN:
+            self._tokens[shape].add(float(accepted), self.alpha)
+            self._fed[shape].add(float(fed), self.alpha)
+            if explored:
+                lost = self.best() != shape
+                self._waits[shape] = min(2 * self._waits[shape], self._cap[shape]) if lost else self._base[shape]
         self.counts[shape] += 1
         for other in SHAPES:
             self._since[other] = 0 if other == shape else self._since[other] + 1

@@ -1,0 +1,205 @@
+"""What a forward over k tokens costs, relative to a forward over one: measured once, reused.
+
+The shape controller weighs each step's expected accepted tokens against the cost of its
+forward. Timing every step would make decisions depend on whatever else the machine does
+(a busy neighbour process makes every shape look slow at random) and differ between the
+ranks of a distributed run, which must feed forwards of identical shapes. So the cost is a
+curve measured once per (model, device, dtype, threads, torch version), kept in the user's
+cache directory, and every decision depends only on token counts and that curve.
+
+Under ``torch.distributed`` every rank runs the same calibration forwards (their collectives
+must match) and all take rank 0's curve, so every rank makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+CONTEXT = 64
+REPEATS = 5
+_MEMO: dict[str, "CostCurve"] = {}
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """``cost(k)``: a forward over k query tokens in units of a one-token forward.
+
+    Attributes:
+        sizes: increasing query lengths, the first 1.
+        costs: measured relative costs at ``sizes`` (``costs[0] == 1``), non-decreasing.
+        unit_s: seconds of a one-token forward where measured (0.0: unknown); it prices the
+            decoder's own per-step work in forward units.
+    """
+
+    sizes: tuple[int, ...]
+    costs: tuple[float, ...]
+    unit_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.costs) or len(self.sizes) < 2:
+            raise ValueError(f"CostCurve needs >= 2 sizes with one cost each, got {self.sizes!r}, {self.costs!r}")
+        if self.sizes[0] != 1 or any(b <= a for a, b in zip(self.sizes, self.sizes[1:])):
+            raise ValueError(f"CostCurve.sizes must increase from 1, got {self.sizes!r}")
+        if any(not c > 0 for c in self.costs):
+            raise ValueError(f"CostCurve.costs must be > 0, got {self.costs!r}")
+
+    @classmethod
+    def linear(cls, per_token: float = 1.0) -> "CostCurve":
+        """A forward over k tokens costs ``1 + per_token * (k - 1)`` (1.0: proportional)."""
+        return cls((1, 2), (1.0, 1.0 + per_token))
+
+    @classmethod
+    def from_times(cls, sizes, seconds) -> "CostCurve":
+        """From measured seconds per size, made non-decreasing (noise cannot make more
+        tokens cheaper) and relative to the one-token forward."""
+        costs, top = [], 0.0
+        for s in seconds:
+            top = max(top, float(s))
+            costs.append(top / float(seconds[0]))
+        return cls(tuple(int(k) for k in sizes), tuple(costs), float(seconds[0]))
+
+    def __call__(self, k: float) -> float:
+        sizes, costs = self.sizes, self.costs
+        if k <= 1:
+            return 1.0
+        for i in range(1, len(sizes)):
+            if k <= sizes[i]:
+                a, b = sizes[i - 1], sizes[i]
+                return costs[i - 1] + (costs[i] - costs[i - 1]) * (k - a) / (b - a)
+        slope = (costs[-1] - costs[-2]) / (sizes[-1] - sizes[-2])
+        return costs[-1] + slope * (k - sizes[-1])
+
+    def seconds_in_units(self, seconds: float) -> float:
+        """``seconds`` in one-token forwards (0.0 when the unit is unknown)."""
+        return seconds / self.unit_s if self.unit_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"sizes": list(self.sizes), "costs": list(self.costs), "unit_s": self.unit_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostCurve":
+        return cls(tuple(int(k) for k in data["sizes"]), tuple(float(c) for c in data["costs"]),
+                   float(data.get("unit_s", 0.0)))
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/lookahead`` or ``~/.cache/lookahead`` (the platform's convention)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lookahead"
+
+
+def curve_key(model) -> str:
+    """What the curve depends on: the architecture's shape, dtype, device, threads, torch."""
+    config = model.config.to_dict()
+    shape = {k: config.get(k) for k in sorted(config) if isinstance(config.get(k), (int, float, str, bool))
+             and k not in ("transformers_version", "_name_or_path", "torch_dtype", "dtype")}
+    device = next(model.parameters()).device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    facts = [json.dumps(shape, sort_keys=True), str(model.dtype), name, str(torch.get_num_threads()),
+             torch.__version__, str(getattr(model.config, "_attn_implementation", None))]
+    return hashlib.sha1("|".join(facts).encode()).hexdigest()[:20]
+
+
+@torch.no_grad()
+def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS) -> CostCurve:
+    """Time forwards of each query length after a ``context``-token cache; the fastest of
+    ``repeats`` runs counts (the least disturbed by other work on the machine)."""
+    from transformers.cache_utils import DynamicCache
+
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    ids = torch.arange(context + max(sizes), device=device) % vocab
+    prefilled = DynamicCache(config=model.config)
+    model(input_ids=ids[None, :context], cache=prefilled, use_cache=True)
+    seconds = []
+    for k in sizes:
+        best = float("inf")
+        query = ids[None, context: context + k]
+        positions = torch.arange(context, context + k, device=device)[None]
+        for _ in range(repeats + 1):  # the first run of a size warms its kernels up
+            cache = copy.deepcopy(prefilled)  # sliding layers cannot be cropped back
+            _sync(device)
+            started = time.perf_counter()
+            model(input_ids=query, position_ids=positions, cache=cache, use_cache=True)
+            _sync(device)
+            best = min(best, time.perf_counter() - started)
+        seconds.append(best)
+    return CostCurve.from_times(sizes, seconds)
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _load(path: Path, key: str) -> CostCurve | None:
+    try:
+        return CostCurve.from_dict(json.loads(path.read_text())[key])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save(path: Path, key: str, curve: CostCurve) -> None:
+    """Add ``curve`` to the JSON file (best effort: a read-only home only loses the cache)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data[key] = curve.as_dict()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def cost_curve(model, cache_dir: Path | str | None = None) -> CostCurve:
+    """The model's curve: from this process' memory, else the cache file, else measured now.
+
+    Under ``torch.distributed`` rank 0 decides and every rank returns rank 0's curve.
+    """
+    key = curve_key(model)
+    path = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "costs.json"
+    memo = f"{path}:{key}"
+    if memo in _MEMO:
+        return _MEMO[memo]
+    if _distributed():
+        curve = _agreed_curve(model, path, key)
+    else:
+        curve = _load(path, key)
+        if curve is None:
+            curve = calibrate(model)
+            _save(path, key, curve)
+    _MEMO[memo] = curve
+    return curve
+
+
+def _agreed_curve(model, path: Path, key: str) -> CostCurve:
+    dist = torch.distributed
+    rank0 = dist.get_rank() == 0
+    box = [_load(path, key) if rank0 else None]
+    dist.broadcast_object_list(box, src=0)
+    if box[0] is not None:
+        return box[0]
+    measured = calibrate(model)  # every rank: the forwards' collectives must match
+    box = [measured if rank0 else None]
+    dist.broadcast_object_list(box, src=0)
+    if rank0:
+        _save(path, key, box[0])
+    return box[0]
