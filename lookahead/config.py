@@ -44,8 +44,13 @@ class LookaheadConfig:
             tokens) after the latest earlier occurrence of its last tokens: prompt lookup,
             folded into the same trie. The copy starts at 4 tokens, doubles each time it
             holds in full and drops to what held (+2) when it breaks. 0 turns it off.
-        copy_match: the most trailing tokens that copy lookup tries to match (it falls back
-            to fewer, down to one).
+        copy_match: the most trailing tokens that copy lookup matches: it copies after the
+            earlier occurrence sharing the longest suffix with the text (at most this many
+            tokens, the latest among equals).
+        successors: recycled guesses: the top-k next tokens the model predicted at every
+            token it was fed are kept per token (a ``vocab x k`` table), and each step
+            proposes k rows of ``ngram - 1`` tokens grown from the last token by following
+            them. They cost no extra forward work to gather. 0 turns them off.
         adaptive: choose each step between the full shape and a lean one (guesses only, no
             window; plain decoding when there are none) by the tokens per second each has
             measured on this model and machine, so decoding backs off where guesses stop
@@ -64,6 +69,7 @@ class LookaheadConfig:
     prompt_ngrams: bool = True
     copy_length: int = 16
     copy_match: int = 2
+    successors: int = 0
     adaptive: bool = True
     on_unsupported: str = "error"
 
@@ -74,7 +80,8 @@ class LookaheadConfig:
         _check_int("pool_capacity", self.pool_capacity, 1, 1 << 26)
         _check_int("context_tokens", self.context_tokens, 1, 2)
         _check_int("copy_length", self.copy_length, 0, 256)
-        _check_int("copy_match", self.copy_match, 1, 16)
+        _check_int("copy_match", self.copy_match, 1, 64)
+        _check_int("successors", self.successors, 0, 16)
         if self.method not in METHODS:
             raise ValueError(f"LookaheadConfig.method must be one of {METHODS}, got {self.method!r}")
         if self.on_unsupported not in ON_UNSUPPORTED:
@@ -95,6 +102,10 @@ class LookaheadConfig:
     @property
     def uses_pool(self) -> bool:
         return self.method == "lookahead" and self.guesses > 0
+
+    @property
+    def uses_successors(self) -> bool:
+        return self.method == "lookahead" and self.successors > 0
 
     @property
     def uses_copy(self) -> bool:

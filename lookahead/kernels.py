@@ -140,28 +140,75 @@ def text_ngrams(tokens, start, n):
 
 
 @njit(cache=True)
-def copy_guess(tokens, max_match, length, out):
-    """Prompt lookup over the text itself: find the latest earlier occurrence of the text's
-    last k tokens (k from ``max_match`` down to 1) and copy the ``length`` tokens that
-    followed it into ``out`` (reaching the end of the text, the copy continues from its own
-    start, as the text would if it repeated). Returns how many were copied (0: no match)."""
+def _match_length(tokens, end, cap):
+    """How many tokens before index ``end`` (exclusive) equal the text's last ones, <= cap."""
     n = tokens.shape[0]
-    for k in range(min(max_match, n - 1), 0, -1):
-        for start in range(n - k - 1, -1, -1):
-            same = True
-            for j in range(k):
-                if tokens[start + j] != tokens[n - k + j]:
-                    same = False
-                    break
-            if same:
-                # past the text's end the copy goes on copying itself: a match p tokens back
-                # predicts a loop of period p, not a guess cut short after p tokens
-                m = min(length, out.shape[0])
-                for j in range(m):
-                    src = start + k + j
-                    out[j] = tokens[src] if src < n else out[src - n]
-                return m
-    return 0
+    m = 0
+    while m < cap and m < end and tokens[end - 1 - m] == tokens[n - 1 - m]:
+        m += 1
+    return m
+
+
+@njit(cache=True)
+def copy_guess(tokens, max_match, length, out):
+    """Prompt lookup over the text itself, by longest suffix match: find the earlier
+    occurrence of the text's end that matches the most trailing tokens (at most
+    ``max_match``; the latest among equals) and copy the ``length`` tokens that followed it
+    into ``out`` (reaching the end of the text, the copy continues from its own start, as
+    the text would if it repeated). Returns how many were copied (0: no match)."""
+    n = tokens.shape[0]
+    best, best_m = -1, 0
+    for end in range(n - 1, 0, -1):
+        m = _match_length(tokens, end, min(max_match, n - 1))
+        if m > best_m:
+            best, best_m = end, m
+            if m == max_match:
+                break
+    if best < 0:
+        return 0
+    # past the text's end the copy goes on copying itself: a match p tokens back predicts a
+    # loop of period p, not a guess cut short after p tokens
+    m = min(length, out.shape[0])
+    for j in range(m):
+        src = best + j
+        out[j] = tokens[src] if src < n else out[src - n]
+    return m
+
+
+@njit(cache=True)
+def successors_update(table, tokens, top):
+    """Recycle a forward's predictions: ``table[tokens[i]] = top[i]`` for each row i.
+
+    ``table`` int32 ``[V, K]`` holds, per token, the K most likely next tokens the model
+    predicted the last time that token was fed; ``top`` int64 ``[q, K]``."""
+    for i in range(tokens.shape[0]):
+        t = tokens[i]
+        if 0 <= t < table.shape[0]:
+            for j in range(table.shape[1]):
+                table[t, j] = top[i, j]
+
+
+@njit(cache=True)
+def successor_rows(table, root, rows, length, out):
+    """Guesses from the successor table: row r starts with the root's r-th successor and
+    follows first successors from there, ``length`` tokens at most (-1 pads a row that ran
+    into an unknown token). Returns the rows filled (those whose first token is known)."""
+    filled = 0
+    if root < 0 or root >= table.shape[0]:
+        return 0
+    for r in range(min(rows, table.shape[1])):
+        cur = table[root, r]
+        if cur < 0:
+            continue
+        for j in range(length):
+            out[filled, j] = -1
+        for j in range(length):
+            out[filled, j] = cur
+            cur = table[cur, 0]
+            if cur < 0:
+                break
+        filled += 1
+    return filled
 
 
 @njit(cache=True)

@@ -91,3 +91,22 @@ class NgramPool:
             n = kernels.pool_lookup(*args, np.int64(_pair_key(before, key)), self._out, 0)
         n = kernels.pool_lookup(*args, np.int64(key), self._out, n)
         return self._out[:n]
+
+    def save(self, path) -> None:
+        """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""
+        np.savez(path, keys=self._keys, stamps=self._stamps, counts=self._counts, conts=self._conts,
+                 clock=self._clock, shape=np.array([self.ngram, self.guesses, self.context_tokens]))
+
+    @classmethod
+    def load(cls, path) -> "NgramPool":
+        """Read a pool written by :meth:`save` (``allow_pickle=False``: arrays only)."""
+        with np.load(path, allow_pickle=False) as data:
+            ngram, guesses, context_tokens = (int(x) for x in data["shape"])
+            pool = cls(ngram, guesses, data["keys"].shape[0], context_tokens)
+            for name in ("keys", "stamps", "counts", "conts", "clock"):
+                held = getattr(pool, f"_{name}")
+                if data[name].shape != held.shape or data[name].dtype != held.dtype:
+                    raise ValueError(f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
+                                     f"expected {held.shape} {held.dtype}")
+                held[...] = data[name]
+        return pool

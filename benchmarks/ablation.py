@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""Ablation: each guess source of lookahead on and off, side by side in one interleaved run.
+
+Every variant runs on the same prompts, interleaved per prompt after a warm-up, next to plain
+greedy (the baseline) and HF prompt lookup; greedy-mode outputs are checked against greedy's.
+Variants (``LookaheadConfig`` fields changed from the default):
+
+    lookahead            the default configuration
+    -window              window=0 (no Jacobi window: pool, copy and successors only)
+    -pool                guesses=0 (no n-gram pool)
+    -copy                copy_length=0 (no copy of the text after the longest suffix match)
+    -adaptive            adaptive=False (every step the full shape)
+    +successors          successors=2 (recycled top-2 predictions of every fed token)
+    kept-pool            one pool kept across the prompts (cross-request store)
+
+Example (the numbers in README.md)::
+
+    python benchmarks/ablation.py --threads 2 --limit 20 --json runs/ablation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+VARIANTS = {
+    "lookahead": {},
+    "-window": {"window": 0},
+    "-pool": {"guesses": 0},
+    "-copy": {"copy_length": 0},
+    "-adaptive": {"adaptive": False},
+    "+successors": {"successors": 2},
+}
+
+
+def build_variants(settings, names: list[str]):
+    from lookahead.bench.runner import Variant
+
+    variants = [Variant("greedy", "greedy", replace(settings, state={})),
+                Variant("prompt-lookup", "prompt-lookup", replace(settings, state={}))]
+    for name in names:
+        if name == "kept-pool":
+            variants.append(Variant(name, "lookahead", replace(settings, state={}, keep_pool=True)))
+        else:
+            variants.append(Variant(name, "lookahead", replace(settings, state={}, shape=dict(VARIANTS[name]))))
+    return variants
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", default="humaneval")
+    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--variants", default=",".join([*VARIANTS, "kept-pool"]),
+                    help="comma-separated subset of: " + ", ".join([*VARIANTS, "kept-pool"]))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+    import transformers
+
+    from lookahead.bench import loading, methods, prompts, report, runner
+
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS and n != "kept-pool"]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}")
+    model, tokenizer = loading.load(None, "float32", "cpu")
+    chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
+    encoded = [prompts.encode(p, tokenizer, loading.max_prompt_len(model, args.max_new_tokens)) for p in chosen]
+    settings = methods.Settings(max_new_tokens=args.max_new_tokens, pad_token_id=loading.pad_token_id(model, tokenizer))
+    variants = build_variants(settings, names)
+    records, skipped = runner.run(model, chosen, encoded, variants, progress=True)
+    labels = [v.label for v in variants if v.label not in skipped]
+    config = {"command": "ablation", "model_name": loading.model_name(None), "dtype": "float32",
+              "device": "cpu", "threads": torch.get_num_threads(), "prompts": args.prompts,
+              "n_prompts": len(chosen), "max_new_tokens": args.max_new_tokens, "methods": labels,
+              "baseline": "greedy", "variants": {n: VARIANTS.get(n, {"keep_pool": True}) for n in names},
+              "sample": {"do_sample": False}}
+    doc = report.document(config, records, labels, "greedy", exactness=True)
+    print(report.table(doc))
+    if args.json:
+        report.write_json(doc, args.json)
+    lines = report.mismatch_lines(doc)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
