@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -11,9 +12,12 @@ from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.controller import FULL, PLAIN, ShapeController
+from lookahead.costmodel import CostCurve
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
+from lookahead.recycle import SuccessorTable
 from lookahead.stats import LookaheadStats
+from lookahead.stopping import fast_check
 from lookahead.tree import GuessTree
 from lookahead.verify import walk
 from lookahead.window import JacobiWindow
@@ -35,20 +39,31 @@ def attention_groups(model, cache) -> tuple[dict, dict]:
 
 
 class Sequence:
-    """The growing token sequence of one generation, and what it reports on the way."""
+    """The growing token sequence of one generation, and what it reports on the way.
+
+    ``ids`` is a ``[1, len]`` view of a buffer grown by doubling, so appending a token costs
+    no concatenation of the whole sequence.
+    """
 
     def __init__(self, input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits):
-        self.ids = input_ids
         self.tokens = input_ids[0].tolist()
+        self._ids = input_ids.new_empty((1, 2 * len(self.tokens) + 64))
+        self._ids[:, : len(self.tokens)] = input_ids
         self._buffer = np.empty(2 * len(self.tokens) + 64, dtype=np.int64)
         self._buffer[: len(self.tokens)] = self.tokens
         self._filled = len(self.tokens)
         self.stopping_criteria = stopping_criteria
+        self._fast_stop = fast_check(stopping_criteria)
         self.streamer = streamer
         self.stats = stats
         self.scores = [] if keep_scores else None
         self.logits = [] if keep_logits else None
         self.done = False
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """The sequence so far, long ``[1, len]`` (a view: valid until the next append)."""
+        return self._ids[:, : len(self.tokens)]
 
     def array(self) -> np.ndarray:
         """The tokens so far as int64 ``[len]`` (a view: valid until the next append)."""
@@ -62,8 +77,12 @@ class Sequence:
         return self._buffer[:n]
 
     def append(self, pick) -> None:
-        token = torch.tensor([[pick.token]], dtype=self.ids.dtype, device=self.ids.device)
-        self.ids = torch.cat([self.ids, token], dim=1)
+        n = len(self.tokens)
+        if self._ids.shape[1] == n:
+            grown = self._ids.new_empty((1, 2 * n))
+            grown[:, :n] = self._ids
+            self._ids = grown
+        self._ids[0, n] = pick.token
         self.tokens.append(pick.token)
         self.stats.new_tokens += 1
         if self.scores is not None:
@@ -71,16 +90,19 @@ class Sequence:
         if self.logits is not None:
             self.logits.append(pick.logits)
         if self.streamer is not None:
-            self.streamer.put(token[0].cpu())
-        scores = pick.scores if pick.scores is not None else pick.logits
-        self.done = bool(self.stopping_criteria(self.ids, scores).any())
+            self.streamer.put(torch.tensor([pick.token]))
+        if self._fast_stop is not None:
+            self.done = self._fast_stop(n + 1, pick.token)
+        else:
+            scores = pick.scores if pick.scores is not None else pick.logits
+            self.done = bool(self.stopping_criteria(self.ids, scores).any())
 
 
 class Decoder:
     """State of one lookahead generation over a batch of one sequence."""
 
     def __init__(self, model, config: LookaheadConfig, rule, cache, stats: LookaheadStats,
-                 pool: NgramPool | None = None):
+                 pool: NgramPool | None = None, costs: CostCurve | None = None):
         self.model = model
         self.config = config
         self.rule = rule
@@ -95,8 +117,9 @@ class Decoder:
         # the copy guess grows while it holds in full and shrinks to what held when it breaks,
         # so copying stretches pay for their length and other text costs two tokens a step
         self.copy_budget = min(config.copy_length, 4)
+        self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
-        self.controller = ShapeController(adaptive=config.adaptive and config.method == "lookahead")
+        self.controller = ShapeController(costs, adaptive=config.adaptive and config.method == "lookahead")
         self.step_mask: StepMask | None = None  # root + window + guesses
         self.lean_mask: StepMask | None = None  # root + guesses
 
@@ -127,25 +150,23 @@ class Decoder:
         self.lean_mask = StepMask(0, 0, windows, self.model.dtype, logits.device)
         if self.pool is not None and cfg.prompt_ngrams:
             self.pool.insert_text(prompt)
+        if cfg.uses_successors:
+            self.successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
 
     def step(self, seq: Sequence) -> None:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         shape = self.controller.choose()
         window = self.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
-        tree, ids, offsets, mask = self._layout(seq, window, past_len, guess=shape != PLAIN)
-        spent = self.stats.forward_s
-        logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=(self.position + offsets)[None])
-        self.stats.steps += 1
-        self.stats.guess_tokens += ids.shape[1] - 1
-        self.stats.lean_steps += int(window is None)
-        self.stats.plain_steps += int(shape == PLAIN)
-
-        keep = self._accept(seq, tree, logits)
+        step = self._layout(seq, window, past_len, guess=shape != PLAIN)
+        logits = self.forward(input_ids=step.ids, attention_mask=step.mask,
+                              position_ids=(self.position + step.offsets)[None])
+        if self.successors is not None:
+            self.successors.update(step.ids[0], logits)
+        keep = self._accept(seq, step.tree, logits)
         accepted = len(keep)
-        self.stats.record_step(accepted)
-        self.controller.record(shape, accepted, self.stats.forward_s - spent)
-        commit(self.cache, past_len, ids.shape[1], torch.tensor(keep, device=logits.device))
+        self._record(shape, step, seq.tokens[-accepted:])
+        commit(self.cache, past_len, step.ids.shape[1], torch.tensor(keep, device=logits.device))
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
         if window is not None:
@@ -155,16 +176,29 @@ class Decoder:
         self._learn_text(seq, accepted)
         self._size_copy(seq.tokens[-accepted:])
 
-    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool):
+    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool) -> "Layout":
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         chain = window.chain if window is not None else _NO_CHAIN
         head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
-        tree = GuessTree.build(chain, len(head), self._guesses(seq) if guess else None)
+        cands, origins = self._guesses(seq) if guess else (None, ())
+        tree = GuessTree.build(chain, len(head), cands)
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
         ids = torch.tensor([head + tree.tokens.tolist()], device=seq.ids.device)
-        return tree, ids, offsets, mask
+        return Layout(tree, ids, offsets, mask, cands, origins, window is not None)
+
+    def _record(self, shape: str, step: "Layout", appended: list[int]) -> None:
+        """Count the step, credit the source of its accepted guesses, inform the controller."""
+        stats, fed, accepted = self.stats, step.ids.shape[1], len(appended)
+        stats.steps += 1
+        stats.guess_tokens += fed - 1
+        stats.lean_steps += int(not step.windowed)
+        stats.plain_steps += int(shape == PLAIN)
+        stats.record_step(accepted)
+        if accepted > 1:
+            stats.credit(step.source_of(appended[:-1]), accepted - 1)
+        self.controller.record(shape, accepted, fed)
 
     def _accept(self, seq: Sequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
         """Walk the tree appending the model's own choices; return the nodes whose entries stay."""
@@ -177,27 +211,25 @@ class Decoder:
                 break
         return keep
 
-    def _guesses(self, seq: Sequence) -> np.ndarray | None:
-        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then the pool's."""
+    def _guesses(self, seq: Sequence) -> tuple[np.ndarray | None, tuple[str, ...]]:
+        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then the
+        pool's, then the recycled successors'; and the source of each row."""
         cfg = self.config
-        pooled = copied = None
-        if self.pool is not None:
-            before = seq.tokens[-2] if len(seq.tokens) > 1 else -1
-            pooled = self.pool.lookup(seq.tokens[-1], before)
-            self.stats.pool_lookups += 1
-            self.stats.pool_hits += int(pooled.shape[0] > 0)
+        parts = {}
         if cfg.uses_copy:
             out = self._copy_out[: self.copy_budget]
-            copied = self._copied = out[: kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)]
-        if copied is None or copied.shape[0] == 0:
-            return pooled
-        width = max(copied.shape[0], pooled.shape[1] if pooled is not None else 0)
-        rows = 1 + (pooled.shape[0] if pooled is not None else 0)
-        cands = np.full((rows, width), -1, dtype=np.int64)
-        cands[0, : copied.shape[0]] = copied
-        if rows > 1:
-            cands[1:, : pooled.shape[1]] = pooled
-        return cands
+            self._copied = out[: kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)]
+            parts["copy"] = self._copied[None]
+        if self.pool is not None:
+            before = seq.tokens[-2] if len(seq.tokens) > 1 else -1
+            parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], before)
+            self.stats.pool_lookups += 1
+            self.stats.pool_hits += int(pooled.shape[0] > 0)
+        if self.successors is not None:
+            parts["successors"] = self.successors.guesses(seq.tokens[-1])
+        parts = {name: rows for name, rows in parts.items() if rows.shape[0] and rows.shape[1]}
+        origins = tuple(name for name, rows in parts.items() for _ in range(rows.shape[0]))
+        return _stack_rows(list(parts.values())), origins
 
     def _size_copy(self, appended: list[int]) -> None:
         """Grow the copy guess after it held in full, else cut it to what held (+2)."""
@@ -233,14 +265,63 @@ class Decoder:
             self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)
 
 
+class Layout(NamedTuple):
+    """One step's input: ids long ``[1, q]``, positions as offsets from the root ``[q]``,
+    the mask(s), the guess tree, the guess rows merged into it and each row's source."""
+
+    tree: GuessTree
+    ids: torch.Tensor
+    offsets: torch.Tensor
+    mask: object
+    cands: np.ndarray | None
+    origins: tuple[str, ...]
+    windowed: bool
+
+    def source_of(self, held: list[int]) -> str:
+        """The source whose guess matched the most of ``held`` (the guessed tokens the step
+        accepted): ``"window"`` for level 0, else the first row's among the longest."""
+        chain = self.tree.chain if self.windowed else _NO_CHAIN
+        best, best_len = "window", _common(chain, held)
+        for name, row in zip(self.origins, self.cands if self.cands is not None else ()):
+            n = _common(row, held)
+            if n > best_len:
+                best, best_len = name, n
+        return best
+
+
+def _common(row, held: list[int]) -> int:
+    """Length of the common prefix of a guess row and ``held``."""
+    n = 0
+    while n < len(held) and n < len(row) and int(row[n]) == held[n]:
+        n += 1
+    return n
+
+
+def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:
+    """One ``[rows, width]`` int64 array of the non-empty parts' rows, padded with -1."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    cands = np.full((sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)), -1, dtype=np.int64)
+    row = 0
+    for part in parts:
+        cands[row: row + part.shape[0], : part.shape[1]] = part
+        row += part.shape[0]
+    return cands
+
+
 def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, streamer=None,
                      attention_mask=None, position_ids=None, cache=None, keep_scores=False,
-                     keep_logits=False) -> Sequence:
-    """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop."""
+                     keep_logits=False, costs: CostCurve | None = None) -> Sequence:
+    """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop.
+
+    ``costs`` prices the step shapes for the adaptive controller (proportional when None).
+    """
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
     seq = Sequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
-    decoder = Decoder(model, config, rule, cache, stats, pool)
+    decoder = Decoder(model, config, rule, cache, stats, pool, costs)
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:
         decoder.step(seq)

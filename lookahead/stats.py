@@ -17,6 +17,8 @@ class LookaheadStats:
         accepted: histogram, ``accepted[k]`` = number of steps that appended k tokens.
         pool_lookups / pool_hits: steps that asked the pool / that got at least one guess.
         guess_tokens: tokens fed as guesses (window + candidates), summed over steps.
+        source_tokens: accepted guessed tokens by the source whose guess matched them
+            (``window``, ``copy``, ``pool``, ``successors``; ties go to the first in that order).
         lean_steps: steps that ran without the window (lean or plain: the controller backed off).
         plain_steps: steps that ran the last token alone, as plain decoding.
         forward_s: seconds spent inside the model's forward (prefill included).
@@ -31,6 +33,7 @@ class LookaheadStats:
     pool_lookups: int = 0
     pool_hits: int = 0
     guess_tokens: int = 0
+    source_tokens: dict = field(default_factory=dict)
     lean_steps: int = 0
     plain_steps: int = 0
     forward_s: float = 0.0
@@ -55,6 +58,9 @@ class LookaheadStats:
             self.accepted.extend([0] * (appended + 1 - len(self.accepted)))
         self.accepted[appended] += 1
 
+    def credit(self, source: str, tokens: int) -> None:
+        self.source_tokens[source] = self.source_tokens.get(source, 0) + tokens
+
     def as_dict(self) -> dict:
         return {
             "forwards": self.forwards,
@@ -65,6 +71,7 @@ class LookaheadStats:
             "pool_lookups": self.pool_lookups,
             "pool_hits": self.pool_hits,
             "guess_tokens": self.guess_tokens,
+            "source_tokens": dict(self.source_tokens),
             "lean_steps": self.lean_steps,
             "plain_steps": self.plain_steps,
             "forward_s": self.forward_s,
