@@ -485,6 +485,17 @@ def _verdict(m: dict) -> str:
             "often degenerate into repetition, running past 128 tokens without closing a bracket.")
 
 
+def _phases(info: dict) -> str:
+    """The card's note on a run continued from an earlier checkpoint (``--init-from``)."""
+    if not info.get("init_from"):
+        return ""
+    seen = (info["init_steps"] + info["steps"]) * info["batch"] * info["seq_len"]
+    return (f"This run continued from a checkpoint of an earlier run of the same recipe after "
+            f"{info['init_steps']} steps (saved in bfloat16; that run's schedule was planned for more steps and cut "
+            f"short to fit the session), with a fresh {info['warmup']}-step warmup and cosine decay: "
+            f"{info['init_steps'] + info['steps']} steps and {seen/1e6:.1f}M tokens seen in all.\n\n")
+
+
 def write_card(out: Path, info: dict):
     m = info.get("final_eval", {})
     b = info.get("baseline_eval", {})
@@ -546,7 +557,7 @@ cosine decay to {info['floor']}x, grad-clip 1.0, {'bf16 autocast' if info.get('b
 {info['train_seconds']/60:.1f} min of training, {info.get('train_tokens_per_s', 0):,.0f} tokens/s.
 Final train loss (mean of last 50 steps): {info['final_train_loss']:.3f} nats/token.
 
-Command: `{info['command']}`
+{_phases(info)}Command: `{info['command']}`
 
 ## Evaluation
 Losses are nats/token in fp32. HumanEval: first {m.get('humaneval_prompts', 'n/a')} prompts,
@@ -597,6 +608,11 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--floor", type=float, default=0.1, help="final lr as a share of the peak")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--init-from", metavar="MODEL_DIR", default=None,
+                    help="continue from a saved model folder (its weights and tokenizer) with a fresh "
+                         "warmup + cosine schedule of --steps steps")
+    ap.add_argument("--init-steps", type=int, default=0,
+                    help="steps the --init-from model had trained (for the model card's token count)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                     help="bf16 autocast; default: on where the CPU has native bf16 (avx512_bf16/amx_bf16), "
@@ -637,12 +653,24 @@ def main(argv=None):
     t_start = time.time()
     train_docs, val_docs, manifest = build_corpus(args.extra_packages, args.val_every)
     print(f"corpus: {len(train_docs)} train files, {len(val_docs)} val files", flush=True)
-    tokenizer = train_tokenizer([d[1] for d in train_docs], args.vocab)
+    if args.init_from:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.init_from, local_files_only=True)
+    else:
+        tokenizer = train_tokenizer([d[1] for d in train_docs], args.vocab)
     train_data, doc_starts = encode_docs_with_offsets(tokenizer, train_docs)
     val_data = encode_docs(tokenizer, val_docs)
     print(f"tokens: train {len(train_data):,} val {len(val_data):,} ({time.time()-t_start:.0f}s)", flush=True)
 
-    model = make_model(tokenizer, args.hidden, args.layers, args.heads, args.inter, args.max_pos)
+    if args.init_from:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.init_from, local_files_only=True, dtype=torch.float32)
+        args.hidden, args.layers = model.config.hidden_size, model.config.num_hidden_layers
+        args.heads, args.inter = model.config.num_attention_heads, model.config.intermediate_size
+    else:
+        model = make_model(tokenizer, args.hidden, args.layers, args.heads, args.inter, args.max_pos)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params: {n_params:,}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -702,6 +730,7 @@ def main(argv=None):
         "train_tokens_per_s": args.steps * args.batch * args.seq_len / train_seconds,
         "final_val_loss_quick": val_loss, "loss_curve": losses[::10],
         "command": "python benchmarks/train_default_model.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "init_from": args.init_from, "init_steps": args.init_steps,
         "sources": [
             {"name": s["name"], "version": s["version"], "license": s["license"], "files": len(s["files"]),
              "bytes": sum(f["bytes"] for f in s["files"]),
