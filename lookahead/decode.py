@@ -23,6 +23,8 @@ from lookahead.verify import walk
 from lookahead.window import JacobiWindow
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
+_ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
+_ZERO_OFFSET = torch.zeros(1, dtype=torch.long)
 
 
 def attention_groups(model, cache) -> tuple[dict, dict]:
@@ -146,6 +148,9 @@ class Decoder:
         cfg = self.config
         self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
         windows, self.layer_index = attention_groups(self.model, self.cache)
+        # a lone root over an unpadded cache with full attention needs no mask of ours: the
+        # model's own causal mask is the same, and building ours costs more than plain decoding
+        self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values())
         self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.model.dtype, logits.device)
         self.lean_mask = StepMask(0, 0, windows, self.model.dtype, logits.device)
         if self.pool is not None and cfg.prompt_ngrams:
@@ -180,6 +185,9 @@ class Decoder:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         chain = window.chain if window is not None else _NO_CHAIN
         head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
+        if not guess and window is None and self._maskless_plain:
+            ids = seq.ids[:, -1:]
+            return Layout(_ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
         cands, origins = self._guesses(seq) if guess else (None, ())
         tree = GuessTree.build(chain, len(head), cands)
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
