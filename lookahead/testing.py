@@ -1,0 +1,157 @@
+"""Hypothesis strategies for testing lookahead decoding against plain decoding.
+
+Needs ``hypothesis`` (``pip install hypothesis``; it is in the package's ``test`` extra). The
+strategies are parameterised by the token ids to draw from, so the same ones serve the
+project's tiny test models (ids 3..47) and ``lookahead check`` on a real model's vocabulary.
+
+    from lookahead import testing
+    tokens = testing.token_ids(3, 47)
+    @given(ids=testing.prompts(tokens), config=testing.configs(), eos=testing.eos_ids(tokens))
+    def test_exact(ids, config, eos): ...
+"""
+
+from __future__ import annotations
+
+try:
+    from hypothesis import strategies as st
+except ImportError as err:  # an optional dependency: say which package to install
+    raise ImportError("lookahead.testing needs hypothesis: pip install hypothesis") from err
+
+from lookahead.config import LookaheadConfig
+
+__all__ = [
+    "cases",
+    "configs",
+    "eos_ids",
+    "max_new_tokens",
+    "processor_options",
+    "prompts",
+    "random_prompts",
+    "repetitive_prompts",
+    "token_ids",
+    "vocabulary_ids",
+]
+
+
+def _check_range(name: str, low: int, high: int, floor: int = 0) -> None:
+    for value in (low, high):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} bounds must be ints, got {value!r}")
+    if low < floor or high < low:
+        raise ValueError(f"{name} needs {floor} <= low <= high, got low={low}, high={high}")
+
+
+def token_ids(low: int, high: int, exclude=()) -> st.SearchStrategy[int]:
+    """Token ids in ``[low, high]``, leaving out the ids in ``exclude`` (e.g. special tokens).
+
+    Shrinks towards ``low``.
+    """
+    _check_range("token_ids", low, high)
+    excluded = frozenset(int(t) for t in exclude if low <= int(t) <= high)
+    if len(excluded) > high - low:
+        raise ValueError(f"token_ids: exclude={sorted(excluded)} leaves no id in [{low}, {high}]")
+    # Trim excluded ids off both ends (special tokens usually sit there) so that few draws are
+    # filtered away and shrinking lands on the first ordinary id.
+    while low in excluded:
+        low += 1
+    while high in excluded:
+        high -= 1
+    inner = frozenset(t for t in excluded if low < t < high)
+    ids = st.integers(min_value=low, max_value=high)
+    return ids.filter(lambda t: t not in inner) if inner else ids
+
+
+def vocabulary_ids(tokenizer, vocab_size: int | None = None) -> st.SearchStrategy[int]:
+    """Ordinary token ids of ``tokenizer``: every id below ``len(tokenizer)`` (and below the
+    model's ``vocab_size`` when given) except the special tokens."""
+    size = len(tokenizer) if vocab_size is None else min(len(tokenizer), int(vocab_size))
+    if size < 1:
+        raise ValueError(f"vocabulary_ids: the vocabulary is empty (len(tokenizer)={len(tokenizer)}, "
+                         f"vocab_size={vocab_size})")
+    return token_ids(0, size - 1, exclude=getattr(tokenizer, "all_special_ids", ()))
+
+
+@st.composite
+def repetitive_prompts(draw, tokens: st.SearchStrategy[int], min_len: int = 6, max_len: int = 40):
+    """Lists of ``min_len..max_len`` ids: a short motif (2-6 tokens) repeated, with up to two
+    random edits. The n-gram pool and the copy guess really hit on these."""
+    _check_range("repetitive_prompts length", min_len, max_len, floor=1)
+    motif = draw(st.lists(tokens, min_size=2, max_size=6))
+    length = draw(st.integers(min_len, max_len))
+    ids = (motif * (length // len(motif) + 1))[:length]
+    for _ in range(draw(st.integers(0, 2))):
+        ids[draw(st.integers(0, length - 1))] = draw(tokens)
+    return ids
+
+
+def random_prompts(tokens: st.SearchStrategy[int], min_len: int = 1, max_len: int = 30) -> st.SearchStrategy[list]:
+    """Lists of ``min_len..max_len`` independent ids: guesses rarely hold on these."""
+    _check_range("random_prompts length", min_len, max_len, floor=1)
+    return st.lists(tokens, min_size=min_len, max_size=max_len)
+
+
+def prompts(tokens: st.SearchStrategy[int], as_tensor: bool = True) -> st.SearchStrategy:
+    """Repetitive or random prompts; ``as_tensor`` gives a ``LongTensor [1, length]``, else a list."""
+    either = st.one_of(repetitive_prompts(tokens), random_prompts(tokens))
+    if not as_tensor:
+        return either
+    import torch
+
+    return either.map(lambda ids: torch.tensor([ids]))
+
+
+def configs(max_window: int = 16, max_ngram: int = 7, max_guesses: int = 16) -> st.SearchStrategy[LookaheadConfig]:
+    """``LookaheadConfig``s over every switch: lookahead and jacobi, pool, copy guess, context
+    keys, adaptive or fixed shape (window 1..max_window, ngram 2..max_ngram, guesses 0..max_guesses)."""
+    _check_range("configs max_window", 1, max_window, floor=1)
+    _check_range("configs max_ngram", 2, max_ngram, floor=2)
+    _check_range("configs max_guesses", 0, max_guesses)
+    return st.builds(
+        LookaheadConfig,
+        window=st.integers(1, max_window),
+        ngram=st.integers(2, max_ngram),
+        guesses=st.integers(0, max_guesses),
+        method=st.sampled_from(["lookahead", "lookahead", "jacobi"]),  # lookahead twice as often
+        prompt_ngrams=st.booleans(),
+        copy_length=st.sampled_from([0, 1, 4, 8, 12]),
+        copy_match=st.integers(1, 3),
+        context_tokens=st.sampled_from([1, 2]),
+        adaptive=st.booleans(),
+    )
+
+
+def max_new_tokens(low: int = 1, high: int = 48) -> st.SearchStrategy[int]:
+    """Generation lengths in ``[low, high]``."""
+    _check_range("max_new_tokens", low, high, floor=1)
+    return st.integers(low, high)
+
+
+def eos_ids(tokens: st.SearchStrategy[int]) -> st.SearchStrategy:
+    """``eos_token_id`` values: ``None``, one id, or a list of 1-3 ids drawn from ``tokens``
+    (ordinary ids, so generation really stops in the middle of text)."""
+    return st.one_of(st.none(), tokens, st.lists(tokens, min_size=1, max_size=3))
+
+
+def processor_options() -> st.SearchStrategy[dict]:
+    """``generate`` keywords that add logits processors needing each position's exact prefix:
+    none, ``repetition_penalty``, ``no_repeat_ngram_size``, or both."""
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "repetition_penalty": st.sampled_from([1.3, 0.8, 2.0]),
+            "no_repeat_ngram_size": st.integers(2, 4),
+        },
+    )
+
+
+def cases(tokens: st.SearchStrategy[int], max_new: int = 32, eos: st.SearchStrategy | None = None,
+          config: st.SearchStrategy[LookaheadConfig] | None = None) -> st.SearchStrategy[dict]:
+    """One comparison: ``{"prompt": [ids], "config", "max_new_tokens", "eos_token_id", "options"}``
+    (``options``: extra ``generate`` keywords from :func:`processor_options`)."""
+    return st.fixed_dictionaries({
+        "prompt": prompts(tokens, as_tensor=False),
+        "config": config if config is not None else configs(),
+        "max_new_tokens": max_new_tokens(1, max_new),
+        "eos_token_id": eos if eos is not None else eos_ids(tokens),
+        "options": processor_options(),
+    })  # fmt: skip
