@@ -1,9 +1,11 @@
-"""The ``lookahead`` command: ``lookahead bench`` and ``lookahead sweep``.
+"""The ``lookahead`` command: ``bench``, ``sweep``, ``generate``, ``check`` and ``export-custom-generate``.
 
 ``lookahead bench`` runs decoding methods side by side on the same model and prompts, prints a
 summary table, checks that every greedy-mode method produced exactly greedy's tokens, and can
 write a JSON document (``--json``, schema in docs/bench.md) and a plot (``--plot``).
 ``lookahead sweep`` runs lookahead over a window x ngram x guesses grid and draws a heatmap.
+``generate``, ``check`` and ``export-custom-generate`` (try it on your model, check it, ship it)
+live in ``lookahead.commands``. Exit status: 0 ok, 1 mismatch, 2 usage error.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class UsageError(Exception):
     """A bad option value found after parsing (exit status 2)."""
 
 
-def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> None:
+def model_options(p: argparse.ArgumentParser) -> None:
+    """The options that choose and load the model (shared by every command that runs one)."""
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="local model directory or hub id (default: the embedded model)")
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | auto (default: %(default)s)")
@@ -41,6 +44,10 @@ def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> Non
     g.add_argument("--attn", default=None, help="attn_implementation to load the model with, e.g. sdpa, eager")
     g.add_argument("--allow-download", action="store_true", help="let --model fetch from the hub (default: local files only)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
+
+
+def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> None:
+    model_options(p)
     g = p.add_argument_group("prompts")
     g.add_argument(
         "--prompts",
@@ -70,8 +77,11 @@ def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lookahead", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", metavar="{bench,sweep}")
+    from lookahead import commands  # it imports this module's helpers, so it is imported late
+
+    parser = argparse.ArgumentParser(prog="lookahead", description=__doc__.split("\n\n")[0], epilog=commands.EXIT_CODES)
+    sub = parser.add_subparsers(dest="command", metavar="{generate,check,export-custom-generate,bench,sweep}")
+    commands.register(sub)
     bench = sub.add_parser(
         "bench",
         help="compare decoding methods on one model and prompt set",
@@ -89,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--ngram", type=int, default=None, help="N: n-gram length (window levels = N-1)")
     shape.add_argument("--guesses", type=int, default=None, help="G: candidate n-grams verified per step")
     bench.add_argument("--plot", metavar="PATH.png", default=None, help="per-prompt speed-up and tokens-per-forward plot")
-    bench.set_defaults(func=cmd_bench)
+    bench.set_defaults(func=cmd_bench, validate=_check_common)
     sw = sub.add_parser(
         "sweep",
         help="grid-search the lookahead shape (window x ngram x guesses)",
@@ -102,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--ngram", default=None, help=f"values (default: {_csv(sweeping.DEFAULT_NGRAMS)})")
     sw.add_argument("--guesses", default=None, help=f"values (default: {_csv(sweeping.DEFAULT_GUESSES)})")
     sw.add_argument("--plot", metavar="PATH.png", default="lookahead-sweep.png", help="heatmap path (default: %(default)s)")
-    sw.set_defaults(func=cmd_sweep)
+    sw.set_defaults(func=cmd_sweep, validate=_check_common)
     return parser
 
 
@@ -118,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     args.started_at = time.gmtime()
     try:
-        _check_common(args)
+        if args.validate is not None:
+            args.validate(args)
         return args.func(args)
     except (UsageError, methods.MethodUnavailable, ValueError, OSError) as exc:
         print(f"lookahead {args.command}: error: {exc}", file=sys.stderr)
