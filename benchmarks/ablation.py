@@ -9,8 +9,8 @@ Variants (``LookaheadConfig`` fields changed from the default):
     -window              window=0 (no Jacobi window: pool, copy and successors only)
     -pool                guesses=0 (no n-gram pool)
     -copy                copy_length=0 (no copy of the text after the longest suffix match)
+    -successors          successors=0 (no recycled predictions)
     -adaptive            adaptive=False (every step the full shape)
-    +successors          successors=2 (recycled top-2 predictions of every fed token)
     kept-pool            one pool kept across the prompts (cross-request store)
 
 Example (the numbers in README.md)::
@@ -29,8 +29,8 @@ VARIANTS = {
     "-window": {"window": 0},
     "-pool": {"guesses": 0},
     "-copy": {"copy_length": 0},
+    "-successors": {"successors": 0},
     "-adaptive": {"adaptive": False},
-    "+successors": {"successors": 2},
 }
 
 

@@ -69,7 +69,7 @@ class LookaheadConfig:
     prompt_ngrams: bool = True
     copy_length: int = 16
     copy_match: int = 2
-    successors: int = 0
+    successors: int = 2
     adaptive: bool = True
     on_unsupported: str = "error"
 
