@@ -131,20 +131,77 @@ def run_jacobi(model, input_ids, settings: Settings):
     return _run_engine(model, input_ids, settings, "jacobi")
 
 
+def suffix_unavailable() -> str | None:
+    """Why the suffix methods cannot run here (arctic-inference's suffix tree is not built), or ``None``."""
+    from lookahead.bench import suffix
+
+    try:
+        suffix.cache_class()
+    except ImportError as err:
+        return str(err)
+    return None
+
+
+def _suffix_request(suffix, settings: Settings, name: str):
+    """``(cache, request id)``: a fresh cache per prompt, or for suffix-global the variant's kept one."""
+    if name == "suffix":
+        return suffix.new_cache(global_tree=False), 0
+    if "suffix_cache" not in settings.state:  # the warm-up's cache is dropped with the rest of state
+        settings.state["suffix_cache"] = suffix.new_cache(global_tree=True)
+        settings.state["suffix_requests"] = 0
+    settings.state["suffix_requests"] += 1  # each prompt is a new request; earlier responses stay in the tree
+    return settings.state["suffix_cache"], settings.state["suffix_requests"]
+
+
+def _run_suffix(model, input_ids, settings: Settings, name: str):
+    """SuffixDecoding's drafts through a bare greedy chain-verify loop (lookahead/bench/suffix.py)."""
+    import lookahead
+    from lookahead.bench import suffix
+
+    reason = suffix_unavailable()
+    if reason is not None:
+        raise MethodUnavailable(f"{name}: {reason}")
+    if settings.do_sample:
+        raise MethodUnavailable(f"{name}: greedy only (its chain verify keeps the model's argmax)")
+    try:
+        suffix.check_plain_greedy(model.generation_config)
+    except NotImplementedError as err:
+        raise MethodUnavailable(f"{name}: {err}") from err
+    stats = lookahead.LookaheadStats()
+    cache, request = _suffix_request(suffix, settings, name)
+    eos = suffix.eos_ids(model.generation_config)
+    with suffix.SuffixDrafter(cache, request, input_ids[0].tolist()) as drafter:
+        out = suffix.greedy_chain_decode(model, input_ids, drafter, settings.max_new_tokens, eos, stats)
+    return out, stats
+
+
+def run_suffix(model, input_ids, settings: Settings):
+    return _run_suffix(model, input_ids, settings, "suffix")
+
+
+def run_suffix_global(model, input_ids, settings: Settings):
+    return _run_suffix(model, input_ids, settings, "suffix-global")
+
+
 METHODS = {
     "greedy": run_greedy,
     "lookahead": run_lookahead,
     "jacobi": run_jacobi,
     "prompt-lookup": run_prompt_lookup,
+    "suffix": run_suffix,
+    "suffix-global": run_suffix_global,
 }
 ENGINE_METHODS = ("lookahead", "jacobi")
+SUFFIX_METHODS = ("suffix", "suffix-global")  # need benchmarks/build_suffix_decoding.sh
 BASELINE = "greedy"
 
 
 def available(name: str) -> bool:
-    """Whether a method can run here (the engine methods need ``lookahead.generate``)."""
+    """Whether a method can run here (the engine methods need ``lookahead.generate``, suffix ones the built tree)."""
     if name not in METHODS:
         return False
+    if name in SUFFIX_METHODS and METHODS[name] in (run_suffix, run_suffix_global):
+        return suffix_unavailable() is None
     if name in ENGINE_METHODS and METHODS[name] in (run_lookahead, run_jacobi):
         try:
             _engine()
