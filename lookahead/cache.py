@@ -54,7 +54,7 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor
             continue
         start = layer.keys.shape[-2] - step_len
         if not contiguous:
-            src = keep + start
+            src = keep.to(layer.keys.device) + start  # layers may sit on other devices (device_map)
             layer.keys[..., start: start + k, :] = layer.keys.index_select(-2, src)
             layer.values[..., start: start + k, :] = layer.values.index_select(-2, src)
         end = start + k

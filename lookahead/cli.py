@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import asdict, replace
 
+from lookahead import distributed
 from lookahead.bench import methods, report
 from lookahead.bench import sweep as sweeping
 from lookahead.bench.runner import Variant
@@ -48,6 +49,11 @@ def model_options(p: argparse.ArgumentParser) -> None:
 
 def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> None:
     model_options(p)
+    p.add_argument_group("tensor parallel").add_argument(
+        "--tp", action="store_true",
+        help="shard the model over the ranks of a torchrun job (transformers' tp_plan='auto'); run as "
+        "`torchrun --nproc-per-node N -m lookahead bench --tp ...`: rank 0 prints and writes files",
+    )  # fmt: skip
     g = p.add_argument_group("prompts")
     g.add_argument(
         "--prompts",
@@ -130,10 +136,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.validate is not None:
             args.validate(args)
-        return args.func(args)
+        _main_rank_writes(args)
+        with distributed.quiet_unless_main():
+            return args.func(args)
     except (UsageError, methods.MethodUnavailable, ValueError, OSError) as exc:
         print(f"lookahead {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _main_rank_writes(args) -> None:
+    """Under torchrun only rank 0 prints and writes files; every rank still runs everything."""
+    if not distributed.is_main():
+        for name in ("json", "plot"):
+            if hasattr(args, name):
+                setattr(args, name, None)
+        args.no_progress = True
 
 
 def _check_common(args) -> None:
@@ -202,7 +219,7 @@ def _setup(args):
     model, tokenizer = loading.load(
         args.model, args.dtype, args.device,
         allow_download=args.allow_download, trust_remote_code=args.trust_remote_code,
-        attn_implementation=args.attn,
+        attn_implementation=args.attn, tp=getattr(args, "tp", False),
     )  # fmt: skip
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
     max_len = loading.max_prompt_len(model, args.max_new_tokens)
@@ -244,6 +261,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         "model_params": sum(p.numel() for p in model.parameters()),
         "dtype": loading.dtype_name(loading.model_dtype(model)),
         "device": str(next(model.parameters()).device),
+        "tp_size": getattr(model, "tp_size", None) or 1,
         "threads": torch.get_num_threads(),
         "prompts": args.prompts,
         "n_prompts": len(chosen),

@@ -7,8 +7,12 @@ ranks of a distributed run, which must feed forwards of identical shapes. So the
 curve measured once per (model, device, dtype, threads, torch version), kept in the user's
 cache directory, and every decision depends only on token counts and that curve.
 
-Under ``torch.distributed`` every rank runs the same calibration forwards (their collectives
-must match) and all take rank 0's curve, so every rank makes the same decisions.
+A model sharded over the ranks of ``torch.distributed`` (tensor parallelism) runs every
+forward on all of them together: there the first rank of that group answers from its memory
+or cache file and hands its curve to the others on each call, and when it has none every rank
+runs the calibration forwards together (their collectives must match) and all keep the first
+rank's measurement. So every rank prices shapes alike and makes the same decisions. A model
+replicated whole on every rank (data parallel) decodes alone and keeps its own curve.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from lookahead import distributed
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXT = 64
@@ -106,6 +112,9 @@ def curve_key(model) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     facts = [json.dumps(shape, sort_keys=True), str(model.dtype), name, str(torch.get_num_threads()),
              torch.__version__, str(getattr(model.config, "_attn_implementation", None))]
+    ranks = distributed.forward_ranks(model)
+    if ranks > 1:  # collectives change the cost; single-process keys stay as they were
+        facts.append(f"sharded over {ranks} ranks")
     return hashlib.sha1("|".join(facts).encode()).hexdigest()[:20]
 
 
@@ -141,11 +150,6 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _distributed() -> bool:
-    dist = torch.distributed
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
 def _load(path: Path, key: str) -> CostCurve | None:
     try:
         return CostCurve.from_dict(json.loads(path.read_text())[key])
@@ -172,34 +176,41 @@ def _save(path: Path, key: str, curve: CostCurve) -> None:
 def cost_curve(model, cache_dir: Path | str | None = None) -> CostCurve:
     """The model's curve: from this process' memory, else the cache file, else measured now.
 
-    Under ``torch.distributed`` rank 0 decides and every rank returns rank 0's curve.
+    For a model sharded over ranks (see :func:`lookahead.distributed.is_sharded`) this is a
+    collective call: every rank of its group must make it, and all get the first rank's curve.
     """
     key = curve_key(model)
     path = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "costs.json"
     memo = f"{path}:{key}"
-    if memo in _MEMO:
-        return _MEMO[memo]
-    if _distributed():
-        curve = _agreed_curve(model, path, key)
-    else:
+    if distributed.is_sharded(model):
+        return _agreed_curve(model, path, memo, key)
+    if memo not in _MEMO:
         curve = _load(path, key)
         if curve is None:
             curve = calibrate(model)
             _save(path, key, curve)
-    _MEMO[memo] = curve
-    return curve
+        _MEMO[memo] = curve
+    return _MEMO[memo]
 
 
-def _agreed_curve(model, path: Path, key: str) -> CostCurve:
+def _agreed_curve(model, path: Path, memo: str, key: str) -> CostCurve:
+    """The curve of the first rank of the model's forward group, on every rank of it.
+
+    Only that rank's memory and file count, and it broadcasts on every call (even from
+    memory), so ranks whose memories differ cannot fall out of step.
+    """
     dist = torch.distributed
-    rank0 = dist.get_rank() == 0
-    box = [_load(path, key) if rank0 else None]
-    dist.broadcast_object_list(box, src=0)
-    if box[0] is not None:
-        return box[0]
-    measured = calibrate(model)  # every rank: the forwards' collectives must match
-    box = [measured if rank0 else None]
-    dist.broadcast_object_list(box, src=0)
-    if rank0:
-        _save(path, key, box[0])
+    group = distributed.forward_group(model)
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    first = dist.get_rank() == src
+    box = [(_MEMO.get(memo) or _load(path, key)) if first else None]
+    dist.broadcast_object_list(box, src=src, group=group)
+    if box[0] is None:
+        measured = calibrate(model)  # every rank: the forwards' collectives must match
+        box = [measured if first else None]
+        dist.broadcast_object_list(box, src=src, group=group)
+        if first:
+            _save(path, key, box[0])
+    if first:
+        _MEMO[memo] = box[0]
     return box[0]

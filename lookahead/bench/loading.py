@@ -40,13 +40,19 @@ def load(
     allow_download: bool = False,
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
+    tp: bool = False,
 ):
     """Return ``(model, tokenizer)`` in eval mode on ``device``.
 
     ``model`` is a local directory or hub id (read from the local cache unless ``allow_download``),
-    or ``None``/``"default"`` for the package's embedded model.
+    or ``None``/``"default"`` for the package's embedded model. ``tp``: shard it over the ranks
+    of this torchrun job with transformers' tensor-parallel plan (each rank on its own device);
+    ``ValueError`` outside torchrun, with a ``device``, or when the heads do not divide.
     """
     torch_dtype = resolve_dtype(dtype)
+    if tp:
+        return _load_tensor_parallel(model, torch_dtype, device, allow_download, trust_remote_code,
+                                     attn_implementation)
     device = resolve_device(device)
     if model in (None, DEFAULT_MODEL):
         try:
@@ -65,7 +71,8 @@ def load(
     return lm.eval(), tokenizer
 
 
-def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation):
+def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation,
+                     extra: dict | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     looks_local = os.path.isabs(path) or path.startswith((".", "~")) or os.path.exists(path)
@@ -79,8 +86,28 @@ def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_cod
         kwargs["dtype"] = torch_dtype
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    lm = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    return lm.to(device), tokenizer
+    lm = AutoModelForCausalLM.from_pretrained(path, **kwargs, **(extra or {}))
+    return (lm.to(device) if device is not None else lm), tokenizer
+
+
+def _load_tensor_parallel(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation):
+    from transformers import AutoConfig
+
+    from lookahead import distributed
+
+    distributed.require_launcher("--tp")
+    if device not in (None, "auto"):
+        raise ValueError(f"--tp places each rank's shard on its own device; drop --device {device!r}")
+    if path in (None, DEFAULT_MODEL):
+        from lookahead.default_model import default_model_path
+
+        path = str(default_model_path())
+    config = AutoConfig.from_pretrained(os.path.expanduser(path), local_files_only=not allow_download,
+                                        trust_remote_code=trust_remote_code)
+    distributed.check_tp_shape(config, distributed.world_size())
+    lm, tokenizer = _load_pretrained(path, torch_dtype, None, allow_download, trust_remote_code,
+                                     attn_implementation, extra=distributed.tp_load_kwargs())
+    return lm.eval(), tokenizer
 
 
 def model_name(model: str | None) -> str:

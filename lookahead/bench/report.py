@@ -176,8 +176,9 @@ def headline(config: dict) -> str:
     )
     params = config.get("model_params")
     size = f" ({params / 1e6:.1f}M params)" if params else ""
+    tp = f" · tensor parallel x{config['tp_size']}" if (config.get("tp_size") or 1) > 1 else ""
     return (
-        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · {config.get('device')} · "
+        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · {config.get('device')}{tp} · "
         f"{config.get('threads')} threads · {config.get('n_prompts')} x {config.get('prompts')} prompts · "
         f"{config.get('max_new_tokens')} new tokens · {mode}"
     )
