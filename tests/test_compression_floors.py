@@ -1,0 +1,136 @@
+"""Tokens per forward that each guess source earns on its own: floors a lost source breaks.
+
+Every source can fail silently: the output stays exact because every guess is verified, and
+only the speed-up goes. So for each source there is a fixed case (tiny model, prompt, config
+with ``adaptive=False`` so that the shape controller cannot move the numbers, every other
+source off) whose tokens per forward was measured, and the test asserts at least 90% of it.
+Each floor is well above 1 (what a lost source gives) and, for the two sources whose bugs
+were seen to pass the suite before (trie merge, window rows), a planted bug is checked to
+miss the floor.
+
+Measured with torch 2.13 on CPU, fp32 (see ``MEASURED``); if an intended change moves a
+number, re-measure with ``python tests/test_compression_floors.py`` and update it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import lookahead
+from lookahead import kernels
+from lookahead.decode import Decoder
+from tiny_models import tiny_model
+
+MARGIN = 0.9
+
+
+def only(**fields) -> lookahead.LookaheadConfig:
+    """A config with every guess source off except those in ``fields``, and a fixed shape.
+    (``successors`` is turned off where the config has it: a source added later with a
+    default on would otherwise inflate the numbers.)"""
+    off = dict(window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False)
+    if "successors" in {f.name for f in dataclasses.fields(lookahead.LookaheadConfig)}:
+        off["successors"] = 0
+    return lookahead.LookaheadConfig(**{**off, **fields})
+
+
+# Repetitive prompts in the style of the suite's compression tests.
+PROMPTS = ([4, 8, 15] * 5, [16, 23, 42, 7] * 5, [9, 9, 10, 11, 12] * 3, [5, 9, 14, 7, 22, 31] * 3)
+
+# source -> (model family, config). Measured tokens per forward over PROMPTS, 48 new tokens
+# each, torch 2.13 CPU fp32; in brackets what the planted bugs below gave.
+CASES = {
+    # the n-gram pool filled from the prompt and the accepted text, nothing else: 2.909
+    "pool": ("gpt2", only(ngram=4, guesses=4, prompt_ngrams=True)),
+    # the copy guess (prompt lookup over the text itself), nothing else: 6.621
+    "copy": ("gpt2", only(copy_length=16)),
+    # the Jacobi window as the only source: its n-grams reach the pool, which sees nothing else
+    # (verifying level 0 alone earns about 1.0 on these models): 2.207 [rows shifted: 1.401]
+    "window": ("phi", only(window=4, ngram=5, guesses=4)),
+    # window level 0, copy and pool guesses merged into one trie: 3.368 [parent ignored: 2.341]
+    "trie merge": ("llama", only(window=4, ngram=5, guesses=8, copy_length=16, prompt_ngrams=True)),
+}
+MEASURED = {"pool": 2.909, "copy": 6.621, "window": 2.207, "trie merge": 3.368}
+NEW = 48
+
+
+def compression(name: str) -> float:
+    """Tokens per forward over all ``PROMPTS``, each output checked against greedy."""
+    family, config = CASES[name]
+    model = tiny_model(family, "sdpa")
+    total = lookahead.LookaheadStats()
+    kwargs = dict(max_new_tokens=NEW, eos_token_id=None, pad_token_id=0)
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=total, **kwargs)
+        assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert total.lean_steps == 0
+    return total.tokens_per_forward
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_source_keeps_its_compression(name):
+    floor = MARGIN * MEASURED[name]
+    assert floor > 1.2, "a floor this low would not notice the source missing"
+    assert compression(name) >= floor
+
+
+def merge_ignoring_parent(chain, cands, n_cands, base):
+    """``kernels.merge_trie`` with a planted bug: a token already in the trie is reused
+    wherever it hangs, so guesses get grafted onto the wrong nodes."""
+    width, m = chain.shape[0], cands.shape[1]
+    tokens, parents, depths, anchors = [], [], [], []
+    for c in range(n_cands):
+        cur = 0
+        for j in range(m):
+            tok = int(cands[c, j])
+            if tok < 0:
+                break
+            nxt = cur + 1 if cur < base and cur < width and chain[cur] == tok else -1
+            if nxt < 0:
+                for d in range(len(tokens)):
+                    if tokens[d] == tok:  # the bug: parents[d] == cur is not checked
+                        nxt = base + d
+                        break
+            if nxt < 0:
+                tokens.append(tok)
+                parents.append(cur)
+                depths.append(cur + 1 if cur < base else depths[cur - base] + 1)
+                anchors.append(cur if cur < base else anchors[cur - base])
+                nxt = base + len(tokens) - 1
+            cur = nxt
+    t = len(tokens)
+    attend = np.zeros((t, t), dtype=np.bool_)
+    for d in range(t):
+        attend[d, d] = True
+        if parents[d] >= base:
+            attend[d, :d] |= attend[parents[d] - base, :d]
+    as_array = lambda xs: np.array(xs, dtype=np.int64)  # noqa: E731
+    return as_array(tokens), as_array(parents), as_array(depths), as_array(anchors), attend
+
+
+def test_trie_merge_ignoring_the_parent_misses_the_floor(monkeypatch):
+    """The test of the test: output stays exact, tokens per forward drop below the floor."""
+    monkeypatch.setattr(kernels, "merge_trie", merge_ignoring_parent)
+    assert compression("trie merge") < MARGIN * MEASURED["trie merge"]
+
+
+def test_window_learning_from_shifted_rows_misses_the_floor(monkeypatch):
+    """The test of the test: the window's predictions taken one row off; the pool then files
+    n-grams of the wrong positions."""
+    advance = Decoder._advance_window
+
+    def shifted(self, logits, accepted, root):
+        return advance(self, torch.roll(logits, shifts=1, dims=0), accepted, root)
+
+    monkeypatch.setattr(Decoder, "_advance_window", shifted)
+    assert compression("window") < MARGIN * MEASURED["window"]
+
+
+if __name__ == "__main__":  # re-measure: python tests/test_compression_floors.py
+    torch.set_num_threads(2)
+    print({case: round(compression(case), 3) for case in CASES})
