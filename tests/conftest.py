@@ -1,7 +1,21 @@
 """Hypothesis profiles and shared fixtures.
 
-Profiles: ``dev`` (default, quick), ``ci`` (what .ci/run uses), ``thorough`` (many examples).
-Every profile sets ``deadline=None``: first calls JIT-compile numba kernels and build models.
+Profiles (see docs/testing.md):
+
+- ``dev``: the default on a workstation. 10 random examples per property, different ones
+  each run (it keeps exploring); a failing example is saved in ``.hypothesis/`` and replayed
+  first next time.
+- ``ci``: chosen automatically when the ``CI`` environment variable is set to a true value
+  (CI services set ``CI=true``; ``.ci/run`` runs plain ``python -m pytest -q`` under it).
+  Derandomized: the same 20 examples per property on every run, so CI never fails on an
+  example no one has seen locally; ``print_blob`` prints how to reproduce a failure.
+- ``thorough``: 200 random examples per property, for a deliberate bug hunt (before a
+  release, after touching the decoder, mask or cache)::
+
+      HYPOTHESIS_PROFILE=thorough python -m pytest -q
+
+``HYPOTHESIS_PROFILE`` always wins over the ``CI`` default. Every profile sets
+``deadline=None``: first calls JIT-compile numba kernels and build models.
 """
 
 import os
@@ -13,11 +27,22 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", max_examples=10, **_COMMON)
+# Every profile starts from Hypothesis' own defaults, not from whatever profile is loaded:
+# Hypothesis loads its built-in derandomized `ci` profile by itself whenever a `CI` variable
+# exists (even CI=false), and a profile registered without a parent would inherit that.
+_COMMON = dict(parent=settings.get_profile("default"), deadline=None,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=10, derandomize=False, **_COMMON)
 settings.register_profile("ci", max_examples=20, derandomize=True, print_blob=True, **_COMMON)
-settings.register_profile("thorough", max_examples=200, **_COMMON)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+settings.register_profile("thorough", max_examples=200, derandomize=False, print_blob=True, **_COMMON)
+
+
+def _default_profile() -> str:
+    on_ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    return "ci" if on_ci else "dev"
+
+
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or _default_profile())
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
