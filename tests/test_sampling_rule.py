@@ -143,9 +143,10 @@ def test_sampling_noise_comes_from_the_given_generator():
 # --- the greedy rule ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("processors", [None, LogitsProcessorList()], ids=["None", "empty list"])
 @pytest.mark.parametrize("keep_rows", [False, True])
-def test_greedy_rule_without_processors_is_the_row_argmax(keep_rows):
-    rule = GreedyRule(LogitsProcessorList(), keep_rows=keep_rows)
+def test_greedy_rule_without_processors_is_the_row_argmax(keep_rows, processors):
+    rule = GreedyRule(processors, keep_rows=keep_rows)
     rule.start(LOGITS)
     for node, token in enumerate([2, 1, 0]):
         pick = rule(node, SEQUENCE, [])

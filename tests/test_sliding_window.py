@@ -131,6 +131,33 @@ def test_hybrid_models_get_one_mask_per_layer_type(case, window):
         assert ((masks[name][0, 0] == 0).numpy() == expected).all()
 
 
+@given(mask_cases())
+def test_step_mask_in_the_model_dtype(case):
+    """A bf16 model gets a bf16 mask whose blocked entries are bf16's most negative value."""
+    levels, width, tree, window, past_len, kv_offset, past_keep = case
+    step = StepMask(levels, width, {None: window}, torch.bfloat16, "cpu")
+    _, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
+    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
+    assert mask.dtype == torch.bfloat16
+    assert ((mask[0, 0] == 0).numpy() == expected).all()
+    assert (mask[0, 0][torch.from_numpy(~expected)] == torch.finfo(torch.bfloat16).min).all()
+
+
+def test_step_mask_lives_on_the_model_device():
+    """Positions and masks are built on the model's device (here torch's shape-only ``meta``
+    device, which any tensor left on the CPU would clash with)."""
+    tree = GuessTree.build(np.array([4, 5], dtype=np.int64), 1 + 2 * 2, np.array([[4, 6, 7], [8, -1, -1]]))
+    groups = {"full_attention": None, "sliding_attention": 3}
+    step = StepMask(2, 2, groups, torch.float16, "meta")
+    sizes = {"full_attention": (0, 6), "sliding_attention": (4, 6)}
+    offsets, masks = step.build(tree, sizes, torch.ones(6, dtype=torch.bool, device="meta"))
+    q = 1 + 2 * 2 + tree.size
+    assert offsets.device.type == "meta" and offsets.shape == (q,)
+    for name, (kv_offset, past_len) in sizes.items():
+        assert masks[name].device.type == "meta" and masks[name].dtype == torch.float16
+        assert masks[name].shape == (1, 1, q, past_len - kv_offset + q)
+
+
 def test_a_path_as_long_as_the_window_drops_the_root():
     """The off-by-one the reference would also catch, spelled out: at depth ``SLIDING`` the
     root is exactly ``SLIDING`` positions back, outside the window; one level up it is inside."""

@@ -190,25 +190,37 @@ class ScriptedRule:
         return Pick(self.script.get(node, 99), None, None)
 
 
-@given(trie_inputs(), st.dictionaries(st.integers(0, 40), small))
-def test_walk_follows_the_rule_down_the_trie(inputs, script):
+@given(trie_inputs(), st.data())
+def test_walk_follows_the_rule_down_the_trie(inputs, data):
     """The walk visits the root, then the child carrying each picked token, and stops at the
     first pick no child carries; every node visited yields its pick, and the rule sees each
-    node's children and the sequence as it is at that moment."""
+    node's children and the sequence as it is at that moment. The rule is scripted to follow
+    the path to a drawn node and then pick at random, so walks go deep."""
     chain, cands, n_cands, base = inputs
     tree = GuessTree.build(chain, base, cands[:n_cands])
     edges, _ = reference_trie(chain, cands[:n_cands].tolist(), base)
+    parent_of = {child: (parent, tok) for (parent, tok), child in edges.items()}
+    target = data.draw(st.sampled_from([0] + sorted(parent_of)))
+    script = {}
+    node = target
+    while node:
+        parent, tok = parent_of[node]
+        script[parent] = tok
+        node = parent
+    for node in [0] + sorted(parent_of):
+        script.setdefault(node, data.draw(st.integers(0, 4)))  # 4 is never a child's token
     expected, node = [0], 0
-    while (node, script.get(node, 99)) in edges:
-        node = edges[(node, script.get(node, 99))]
+    while (node, script[node]) in edges:
+        node = edges[(node, script[node])]
         expected.append(node)
+    assert target in expected
     rule, appended = ScriptedRule(script), []
     for node, pick in walk(tree, rule, lambda: list(appended)):
-        assert pick.token == script.get(node, 99)
+        assert pick.token == script[node]
         appended.append(pick.token)
     assert [n for n, _, _ in rule.calls] == expected
     for k, (node, sequence, children) in enumerate(rule.calls):
-        assert sequence == [script.get(n, 99) for n in expected[:k]]
+        assert sequence == [script[n] for n in expected[:k]]
         assert children == sorted(tok for (p, tok) in edges if p == node)
 
 
