@@ -85,6 +85,9 @@ def test_merge_trie_equals_the_reference_trie(inputs):
     assert list(zip(tokens.tolist(), parents.tolist())) == nodes
     assert tokens.shape == parents.shape == depths.shape == anchors.shape == (len(nodes),)
     assert attend.shape == (len(nodes), len(nodes))
+    # the types GuessTree documents (and the mask builder's torch.from_numpy relies on)
+    assert tokens.dtype == parents.dtype == depths.dtype == anchors.dtype == np.int64
+    assert attend.dtype == np.bool_
 
 
 @given(trie_inputs())
