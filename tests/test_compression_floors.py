@@ -15,10 +15,12 @@ number, re-measure with ``python tests/test_compression_floors.py`` and update i
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 import lookahead
 from lookahead import kernels
@@ -77,6 +79,60 @@ def test_each_source_keeps_its_compression(name):
     floor = MARGIN * MEASURED[name]
     assert floor > 1.2, "a floor this low would not notice the source missing"
     assert compression(name) >= floor
+
+
+# Two-token pool keys: text in which a token's continuation depends on the token before it
+# (7 follows both 5 and 6, then goes on differently), forced by a logits processor so the
+# random model writes it. One pool guess per step: keyed by the last token alone, it is the
+# continuation seen last, wrong half the time; keyed by the last two, it is right.
+# Measured: 3.636 tokens per forward with context_tokens=2, 2.667 with context_tokens=1.
+AMBIGUOUS = [5, 7, 9, 11, 13, 6, 7, 12, 14, 16]
+TWO_TOKEN_MEASURED = 3.636
+
+
+class Ambiguous(LogitsProcessor):
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:, AMBIGUOUS[input_ids.shape[1] % len(AMBIGUOUS)]] += 100.0
+        return scores
+
+
+def two_token_compression(context_tokens: int) -> float:
+    model = tiny_model("llama", "sdpa")
+    config = only(ngram=4, guesses=1, prompt_ngrams=True, context_tokens=context_tokens)
+    ids = torch.tensor([AMBIGUOUS * 3])
+    kwargs = dict(max_new_tokens=40, eos_token_id=None, pad_token_id=0,
+                  logits_processor=LogitsProcessorList([Ambiguous()]))
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    return stats.tokens_per_forward
+
+
+def test_two_token_keys_keep_their_compression():
+    assert two_token_compression(2) >= MARGIN * TWO_TOKEN_MEASURED
+    assert two_token_compression(1) < MARGIN * TWO_TOKEN_MEASURED  # what the second token is worth
+
+
+def test_the_counts_the_floors_read_add_up(monkeypatch):
+    """Tokens per forward is new tokens over forwards: every forward is counted (the
+    prefill and one per step), every step's appended tokens land in the histogram, and the
+    forward time adds up over all forwards (each made to take at least 5 ms here)."""
+    model = tiny_model("gpt2", "sdpa")
+    forward = model.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(0.005)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", slow_forward)
+    stats = lookahead.LookaheadStats()
+    lookahead.generate(model, torch.tensor([PROMPTS[0]]), max_new_tokens=30, eos_token_id=None, pad_token_id=0,
+                       lookahead_config=CASES["copy"][1], lookahead_stats=stats)
+    assert stats.new_tokens == 30 == 1 + sum(k * n for k, n in enumerate(stats.accepted))
+    assert stats.forwards == stats.steps + 1 == sum(stats.accepted) + 1
+    assert stats.forward_s >= 0.005 * stats.forwards
+    assert stats.forward_s <= stats.total_s
 
 
 def merge_ignoring_parent(chain, cands, n_cands, base):

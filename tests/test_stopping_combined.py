@@ -8,6 +8,7 @@ ends generation, exactly as in ``model.generate`` given the same arguments.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,6 +124,40 @@ def test_user_criterion_with_stop_strings_from_a_generation_config():
     assert new_tokens(expected, REPEAT) == 2
     assert got.tolist() == expected.tolist()
     assert config.stop_strings == [stop]  # the caller's config is not changed
+
+
+class RecordCalls(StoppingCriteria):
+    """A user criterion that never fires and records what it is shown at each call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls.append((input_ids.tolist(), scores.clone() if isinstance(scores, torch.Tensor) else scores))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@pytest.mark.parametrize("extra", [{}, dict(repetition_penalty=1.5, no_repeat_ngram_size=3)],
+                         ids=["raw scores", "processed scores"])
+def test_user_criterion_sees_each_token_and_its_scores(extra):
+    """A user criterion is called after every token, also when a step appends many at once,
+    with the sequence ``generate`` shows it and, as ``StoppingCriteria`` documents, the
+    ``[1, V]`` scores that chose the newest token: the processed ones when processors run
+    (``generate``'s ``output_scores``). (transformers 5's own loop passes its ``scores``
+    tuple instead, None unless ``output_scores=True``.)"""
+    model = tiny_model("llama", "sdpa")
+    kwargs = dict(max_new_tokens=24, pad_token_id=0, eos_token_id=None, **extra)
+    plain, mine = RecordCalls(), RecordCalls()
+    reference = model.generate(REPEAT, do_sample=False, return_dict_in_generate=True, output_scores=True, **kwargs)
+    model.generate(REPEAT, do_sample=False, stopping_criteria=StoppingCriteriaList([plain]), **kwargs)
+    stats = lookahead.LookaheadStats()
+    lookahead.generate(model, REPEAT, lookahead_stats=stats, stopping_criteria=StoppingCriteriaList([mine]), **kwargs)
+    assert max(k for k, n in enumerate(stats.accepted) if n) > 1  # steps appended several tokens
+    assert [ids for ids, _ in mine.calls] == [ids for ids, _ in plain.calls]
+    assert len(mine.calls) == len(reference.scores) == 24
+    for (_, scores), expected in zip(mine.calls, reference.scores):
+        assert scores.shape == expected.shape
+        torch.testing.assert_close(scores, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_stop_strings_are_added_to_the_user_criteria():
