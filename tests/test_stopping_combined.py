@@ -106,6 +106,17 @@ def test_eos_list_fires_before_stop_string_and_user_criterion():
     assert got.tolist() == expected.tolist()
 
 
+def test_eos_list_alone_stops_at_the_first_eos():
+    """EOS ids and a length limit only: the criteria ``generate`` builds by default, which the
+    decoder answers from the newest token alone without running them."""
+    model = tiny_model("qwen3", "sdpa")
+    cont = continuation(model, REPEAT)
+    eos = [cont[5], 47 if cont[5] != 47 else 46]
+    expected, got = both(model, REPEAT, max_new_tokens=40, pad_token_id=0, eos_token_id=eos)
+    assert new_tokens(expected, REPEAT) <= 6 and expected[0, -1].item() in eos
+    assert got.tolist() == expected.tolist()
+
+
 def test_max_length_fires_before_stop_string_and_user_criterion():
     model, tok = tiny_model("llama", "sdpa"), tiny_tokenizer()
     stop = stop_string_firing_at(tok, REPEAT, continuation(model, REPEAT), 9)
