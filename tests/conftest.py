@@ -14,6 +14,8 @@ Profiles (see docs/testing.md):
 
       HYPOTHESIS_PROFILE=thorough python -m pytest -q
 
+(``mutation``: the ``ci`` examples without shrinking, for benchmarks/mutation.sh.)
+
 ``HYPOTHESIS_PROFILE`` always wins over the ``CI`` default. Every profile sets
 ``deadline=None``: first calls JIT-compile numba kernels and build models.
 """
@@ -23,7 +25,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -35,6 +37,9 @@ _COMMON = dict(parent=settings.get_profile("default"), deadline=None,
 settings.register_profile("dev", max_examples=10, derandomize=False, **_COMMON)
 settings.register_profile("ci", max_examples=20, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("thorough", max_examples=200, derandomize=False, print_blob=True, **_COMMON)
+# benchmarks/mutation.sh: the ci examples without shrinking (a failure is all a mutant needs)
+settings.register_profile("mutation", max_examples=20, derandomize=True,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate], **_COMMON)
 
 
 def _default_profile() -> str:

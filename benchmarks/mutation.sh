@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Mutation testing of the correctness-critical modules with mutmut 3 (not part of CI).
+#
+#   pip install mutmut                       # a tool, not a test dependency
+#   benchmarks/mutation.sh                   # verify mask cache tree kernels decode api
+#   benchmarks/mutation.sh verify mask       # some of them
+#   MUTATION_TIMEOUT=420 benchmarks/mutation.sh decode   # stop after 7 minutes; rerun to go on
+#
+# Every module runs in its own copy of the repository, $MUTATION_DIR/<module> (default
+# /tmp/lookahead-mutation/<module>; the working tree is never touched), against a fast test
+# selection chosen for that module (tests_for below), under the `mutation` Hypothesis profile
+# (the derandomized `ci` examples, no shrinking) so a verdict repeats and a failure is quick. mutmut keeps its results in <copy>/mutants/: a rerun goes on
+# where the last one stopped and re-tests only functions whose source changed. At the end each
+# module prints its counts and score, and the surviving mutants; inspect one with
+#   (cd $MUTATION_DIR/<module> && mutmut show <mutant name>)
+#
+# kernels: mutmut 3 never mutates decorated functions, and every kernel is @njit, so the copy
+# has the decorators removed (the kernels then run as plain Python, which is what
+# NUMBA_DISABLE_JIT=1 would do too).
+#
+# Environment: MUTATION_DIR, MUTATION_CHILDREN (parallel workers, default 2),
+# MUTATION_TIMEOUT (seconds per module and call, 0 = none), MUTANTS (mutmut names or patterns,
+# space-separated, e.g. 'lookahead.kernels.x_merge_trie*', to (re)test only those mutants of a
+# single module: after adding tests, rerun the survivors this way).
+# Results and how to read them: docs/mutation.md.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+WORK="${MUTATION_DIR:-/tmp/lookahead-mutation}"
+CHILDREN="${MUTATION_CHILDREN:-2}"
+LIMIT="${MUTATION_TIMEOUT:-0}"
+ALL=(verify mask cache tree kernels decode api)
+
+command -v mutmut >/dev/null || { echo "mutmut not found: pip install mutmut" >&2; exit 2; }
+
+# The fast test selection per module: the tests written against that module's behaviour,
+# a few seconds to a minute each (pytest arguments, relative to the repository root).
+tests_for() {
+  case "$1" in
+    verify) echo "tests/test_sampling_rule.py tests/test_trie.py tests/test_stopping_combined.py::test_user_criterion_fires_before_the_stop_string tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_user_logits_processor tests/test_sampling.py::test_same_seed_same_output_whatever_the_shape" ;;
+    mask) echo "tests/test_sliding_window.py tests/test_cache.py tests/test_exact.py::test_left_padding" ;;
+    cache) echo "tests/test_sliding_window.py tests/test_cache.py" ;;
+    tree) echo "tests/test_trie.py tests/test_sliding_window.py::test_step_mask_equals_the_reference" ;;
+    kernels) echo "tests/test_trie.py tests/test_pool.py" ;;
+    decode) echo "tests/test_compression_floors.py tests/test_window_reference.py tests/test_sliding_window.py::test_steps_longer_than_the_window_equal_greedy tests/test_stopping_combined.py::test_user_criterion_sees_each_token_and_its_scores tests/test_stopping_combined.py::test_eos_list_fires_before_stop_string_and_user_criterion tests/test_exact.py::test_repetitive_prompts_accept_several_tokens_per_forward tests/test_exact.py::test_left_padding tests/test_exact.py::test_long_generation_slides_past_the_window tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_user_stopping_criteria_stop_mid_block tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_controller.py::test_random_prompt_backs_off_and_stays_exact" ;;
+    api) echo "tests/test_stopping_combined.py tests/test_errors.py tests/test_generate_compat.py::test_user_logits_processor tests/test_generate_compat.py::test_stop_strings_with_tokenizer tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_generation_config_object_and_model_defaults tests/test_generate_compat.py::test_custom_generate_entry_point tests/test_generate_compat.py::test_custom_generate_with_stop_string_criterion tests/test_generate_compat.py::test_stop_strings_from_a_generation_config tests/test_generate_compat.py::test_stop_strings_without_tokenizer_is_a_clear_error tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_pool_shape_must_match_the_config tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_sampling.py::test_same_seed_same_output_whatever_the_shape tests/test_sampling.py::test_sampling_options_run_with_stats" ;;
+    *) echo "unknown module: $1 (one of: ${ALL[*]})" >&2; return 1 ;;
+  esac
+}
+
+# Write the copy's [tool.mutmut] section: the repository's settings, this module only, its tests.
+configure() {
+  local module="$1" dir="$2"
+  python - "$dir/pyproject.toml" "lookahead/$module.py" $(tests_for "$module") <<'PY'
+import json, re, sys, tomllib
+path, target, tests = sys.argv[1], sys.argv[2], sys.argv[3:]
+text = open(path).read()
+base = tomllib.loads(text).get("tool", {}).get("mutmut", {})
+text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", text)
+cfg = {**base, "source_paths": ["lookahead/"], "only_mutate": [target],
+       "pytest_add_cli_args_test_selection": tests}
+lines = ["[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in cfg.items()]
+open(path, "w").write(text.rstrip() + "\n\n" + "\n".join(lines) + "\n")
+PY
+}
+
+report() {
+  local module="$1"
+  mutmut export-cicd-stats >/dev/null
+  python - "$module" <<'PY'
+import json, sys
+s = json.load(open("mutants/mutmut-cicd-stats.json"))
+done = s["killed"] + s["timeout"] + s["survived"] + s["suspicious"] + s["segfault"]
+rest = s["total"] - done - s["no_tests"] - s["skipped"]
+score = 100 * (s["killed"] + s["timeout"] + s["segfault"]) / done if done else 0.0
+print(f"{sys.argv[1]}: {s['total']} mutants, {s['killed']} killed, {s['timeout']} timeout, {s['segfault']} crashed, "
+      f"{s['survived']} survived, {s['suspicious']} suspicious, {s['no_tests']} no tests, {rest} not run yet "
+      f"-> score {score:.1f}% of those run")
+PY
+  mutmut results | grep -v ": killed$" || true
+}
+
+modules=("$@")
+[ ${#modules[@]} -eq 0 ] && modules=("${ALL[@]}")
+for module in "${modules[@]}"; do
+  tests_for "$module" >/dev/null
+  dir="$WORK/$module"
+  mkdir -p "$dir"
+  # a fresh copy of the sources, tests and config (mtimes kept, so mutmut sees what changed)
+  python - "$ROOT" "$dir" <<'PY'
+import shutil, sys
+from pathlib import Path
+root, dest = Path(sys.argv[1]), Path(sys.argv[2])
+skip = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.nbi", "*.nbc", "models")
+for name in ("lookahead", "tests"):
+    shutil.rmtree(dest / name, ignore_errors=True)
+    shutil.copytree(root / name, dest / name, ignore=skip)
+shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
+PY
+  if [ "$module" = kernels ]; then
+    sed -i -E '/^@njit/d' "$dir/lookahead/kernels.py"
+  fi
+  configure "$module" "$dir"
+  echo "== $module: mutating lookahead/$module.py against: $(tests_for "$module")"
+  (
+    cd "$dir"
+    export HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_DISABLE_JIT=1
+    args=(run --max-children "$CHILDREN")
+    if [ -n "${MUTANTS:-}" ]; then read -ra names <<< "$MUTANTS"; args+=("${names[@]}"); fi
+    run=(mutmut "${args[@]}")
+    [ "$LIMIT" -gt 0 ] && run=(timeout --foreground -s INT -k 60 "$LIMIT" "${run[@]}")
+    # mutmut redraws a spinner with carriage returns: keep its plain lines only
+    "${run[@]}" 2>&1 | tr '\r' '\n' | LC_ALL=C.UTF-8 grep -avP '^[\x{2800}-\x{28FF}]' || true
+    [ "${PIPESTATUS[0]}" = 0 ] || echo "(mutmut stopped early; rerun to go on)"
+    report "$module"
+  )
+done
