@@ -11,6 +11,7 @@ import torch
 from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from lookahead.batch import batch_decode
 from lookahead.config import LookaheadConfig
 from lookahead.costmodel import CostCurve, cost_curve
 from lookahead.decode import lookahead_decode
@@ -30,22 +31,40 @@ class LookaheadDecoderOnlyOutput(GenerateDecoderOnlyOutput):
 def _check_inputs(inputs, kwargs) -> None:
     ids = inputs if inputs is not None else kwargs.get("input_ids")
     if ids is None:
-        raise ValueError("input_ids must be given (as `inputs` or `input_ids=`): a LongTensor of shape [1, length]")
+        raise ValueError("input_ids must be given (as `inputs` or `input_ids=`): a LongTensor of shape [batch, length]")
     if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"input_ids must be a torch.Tensor of shape [1, length], got {type(ids).__name__}")
+        raise TypeError(f"input_ids must be a torch.Tensor of shape [batch, length], got {type(ids).__name__}")
     if ids.dtype not in (torch.long, torch.int32, torch.int64):
         raise TypeError(f"input_ids must hold integer token ids (torch.long), got dtype {ids.dtype}")
     if ids.dim() != 2:
         raise ValueError(f"input_ids must be 2-D [batch, length], got shape {tuple(ids.shape)}")
     if ids.shape[1] == 0:
         raise ValueError("input_ids must hold at least one token, got length 0")
-    if ids.shape[0] != 1:
-        raise ValueError(f"input_ids must have batch size 1 (batching is not supported yet), got {ids.shape[0]}")
+    check_padding(ids, kwargs.get("attention_mask"))
+    if kwargs.get("streamer") is not None and ids.shape[0] != 1:
+        raise ValueError(f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
+                         f"batch size {ids.shape[0]}; stream a batch of 1 or drop streamer=")
     new = kwargs.get("max_new_tokens")
     if new is not None and (isinstance(new, bool) or not isinstance(new, int)):
         raise TypeError(f"max_new_tokens must be an int, got {type(new).__name__} {new!r}")
     if new is not None and new <= 0:
         raise ValueError(f"max_new_tokens must be > 0, got {new}")
+
+
+def check_padding(input_ids: torch.Tensor, attention_mask) -> None:
+    """Raise ``ValueError`` unless ``attention_mask`` is None or a ``[batch, length]`` mask
+    like ``input_ids`` with any padding on the left."""
+    if attention_mask is None:
+        return
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                         f"got {tuple(attention_mask.shape)}")
+    if bool((attention_mask[:, -1] == 0).any()):
+        rows = (attention_mask[:, -1] == 0).nonzero().reshape(-1).tolist()
+        raise ValueError(f"attention_mask has right padding (rows {rows} end in 0); decoder-only generation "
+                         "needs left padding: set tokenizer.padding_side = 'left'")
 
 
 def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: LookaheadConfig | None = None,
@@ -148,7 +167,10 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         _check_pool(lookahead_pool, config)
     if lookahead_costs is not None and not isinstance(lookahead_costs, CostCurve):
         raise TypeError(f"lookahead_costs must be a lookahead.CostCurve, got {type(lookahead_costs).__name__}")
-    check_request(generation_config, input_ids.shape[0])
+    check_request(generation_config)
+    check_padding(input_ids, model_kwargs.get("attention_mask"))
+    if streamer is not None and input_ids.shape[0] != 1:
+        raise ValueError(f"streamer takes one sequence, but input_ids has batch size {input_ids.shape[0]}")
     try:
         check_model(model)
     except Unsupported as err:
@@ -162,33 +184,58 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     if cache is not None and cache.get_seq_length() > 0:
         raise Unsupported("lookahead decoding starts from an empty cache; got one already holding "
                           f"{cache.get_seq_length()} tokens")
-    if streamer is not None:
-        streamer.put(input_ids.cpu())
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     if generation_config.do_sample:
         rule = SamplingRule(logits_processor, lookahead_generator)
     else:
         rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
+    costs = _costs(model, config, lookahead_costs)
+    if input_ids.shape[0] > 1:
+        sequences, scores, logits = batch_decode(
+            model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
+            pool=lookahead_pool, attention_mask=model_kwargs.get("attention_mask"), keep_scores=keep_scores,
+            keep_logits=keep_logits, costs=costs, pad=_pad_token(generation_config),
+            pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
+        )
+        return _output(generation_config, stats, started, sequences, scores, logits, None)
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
     try:
         seq = lookahead_decode(
             model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
-            pool=lookahead_pool, costs=_costs(model, config, lookahead_costs),
+            pool=lookahead_pool, costs=costs,
             streamer=streamer, keep_scores=keep_scores, keep_logits=keep_logits, **model_kwargs,
         )
     finally:
         if streamer is not None:
             streamer.end()
+    return _output(generation_config, stats, started, seq.ids.clone(), seq.scores, seq.logits,
+                   model_kwargs.get("cache"))
+
+
+def _output(generation_config, stats: LookaheadStats, started: float, sequences, scores, logits, cache):
+    """What ``generate`` returns: the sequences, or the output object when asked for."""
     stats.total_s += time.perf_counter() - started
     if not generation_config.return_dict_in_generate:
-        return seq.ids.clone()
+        return sequences
     return LookaheadDecoderOnlyOutput(
-        sequences=seq.ids.clone(),
-        scores=tuple(seq.scores) if keep_scores else None,
-        logits=tuple(seq.logits) if keep_logits else None,
-        past_key_values=model_kwargs.get("cache"),
+        sequences=sequences,
+        scores=tuple(scores) if scores is not None else None,
+        logits=tuple(logits) if logits is not None else None,
+        past_key_values=cache,
         lookahead_stats=stats,
     )
+
+
+def _pad_token(generation_config) -> int | None:
+    """The id ``generate`` fills finished rows with (it falls back to the first EOS id)."""
+    pad = getattr(generation_config, "_pad_token_tensor", None)
+    if pad is None:
+        pad = generation_config.pad_token_id
+    if isinstance(pad, torch.Tensor):
+        pad = pad.reshape(-1)[0].item()
+    return pad
 
 
 def _costs(model, config: LookaheadConfig, given: CostCurve | None) -> CostCurve | None:
@@ -219,7 +266,8 @@ def _fallback(model, input_ids, logits_processor, stopping_criteria, generation_
     sequences = out if isinstance(out, torch.Tensor) else out.sequences
     stats.fallback = True
     new_tokens = sequences.shape[1] - input_ids.shape[1]
-    stats.new_tokens += new_tokens
+    stats.new_tokens += new_tokens * sequences.shape[0]
     stats.forwards += new_tokens
+    stats.row_forwards += new_tokens * sequences.shape[0]
     stats.total_s += time.perf_counter() - started
     return out

@@ -65,3 +65,30 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor
             begin = 0
         layer.keys = layer.keys[..., begin:end, :]
         layer.values = layer.values[..., begin:end, :]
+
+
+def commit_rows(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
+    """Batch commit: row r keeps its step entries ``keep[r]`` (long ``[B, m]``) after the
+    common prefix of ``past_len`` entries; every layer ends ``past_len + m`` long.
+
+    Rows that accepted fewer than m tokens repeat an index to fill their row: those entries
+    are holes, which the caller marks as never visible. Only full-attention layers
+    (``DynamicLayer``) are supported here: sliding layers drop entries by index, and holes
+    would make them drop visible ones.
+    """
+    m = keep.shape[1]
+    for layer in cache.layers:
+        index = keep.to(layer.keys.device) + past_len
+        index = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        layer.keys[:, :, past_len: past_len + m] = layer.keys.gather(2, index)
+        layer.values[:, :, past_len: past_len + m] = layer.values.gather(2, index)
+        layer.keys = layer.keys[:, :, : past_len + m]
+        layer.values = layer.values[:, :, : past_len + m]
+
+
+def gather_rows(cache: DynamicCache, index: torch.Tensor) -> None:
+    """Replace every layer's entries by ``entries[r, :, index[r]]`` (long ``[B, L']``)."""
+    for layer in cache.layers:
+        full = index.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        layer.keys = layer.keys.gather(2, full)
+        layer.values = layer.values.gather(2, full)

@@ -62,6 +62,8 @@ def _common_options(p: argparse.ArgumentParser, limit: int, max_new: int) -> Non
     )
     g.add_argument("--limit", type=int, default=limit, help="use the first N prompts, 0 = all (default: %(default)s)")
     g.add_argument("--max-new-tokens", type=int, default=max_new, help="tokens to generate per prompt (default: %(default)s)")
+    g.add_argument("--batch-size", type=int, default=1,
+                   help="prompts per batch, left-padded; methods that take one prompt only are skipped (default: %(default)s)")
     g = p.add_argument_group("sampling (default: greedy)")
     g.add_argument("--sample", action="store_true", help="sample instead of greedy decoding (exactness is then not checked)")
     g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: %(default)s)")
@@ -158,6 +160,8 @@ def _check_common(args) -> None:
         raise UsageError("--limit must be >= 0, --max-new-tokens and --repeats >= 1")
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be >= 1")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.temperature <= 0 or not 0 < args.top_p <= 1:
         raise UsageError("--temperature must be > 0 and --top-p in (0, 1]")
 
@@ -267,6 +271,7 @@ def _config(args, model, chosen, encoded, labels, shape: dict) -> dict:
         "n_prompts": len(chosen),
         "prompt_tokens": sum(len(e) for e in encoded),
         "max_new_tokens": args.max_new_tokens,
+        "batch_size": args.batch_size,
         "methods": labels,
         "baseline": methods.BASELINE,
         "lookahead": shape,
@@ -306,7 +311,7 @@ def _measure(args, model, chosen, encoded, variants):
     records, skipped = runner.run(
         model, chosen, encoded, variants,
         check_exact=not args.sample, warmup=not args.no_warmup, progress=not args.no_progress,
-        repeats=args.repeats,
+        repeats=args.repeats, batch_size=args.batch_size,
     )  # fmt: skip
     for label, reason in skipped.items():
         print(f"SKIPPED: {label}: {reason}", file=sys.stderr)

@@ -73,15 +73,23 @@ class ShapeController:
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(SHAPES, 0)
+        self.rows = 1  # rows decoded together (a batch decoder updates it as rows finish)
 
     def rate(self, shape: str) -> float:
-        """Expected tokens per one-token-forward of cost (plain decoding: 1)."""
+        """Expected tokens per one-token-forward of cost (plain decoding of one row: 1).
+
+        With ``rows`` > 1 (a batch) the averages are per row and a step feeds every row
+        together: ``rows`` rows of ``fed`` tokens cost ``cost(rows * fed)``, and plain
+        decoding yields ``rows`` tokens for ``cost(rows)``, so the wider the batch the less
+        free the guesses.
+        """
+        rows = self.rows
         if shape == PLAIN:
-            return 1.0
+            return rows / self.costs(rows)
         fed = self._fed[shape].mean()
         if fed <= 0:
             return 0.0
-        return self._tokens[shape].mean() / (self.costs(fed) + self.overhead)
+        return rows * self._tokens[shape].mean() / (self.costs(rows * fed) + rows * self.overhead)
 
     def best(self) -> str:
         return max(SHAPES, key=self.rate)
@@ -96,8 +104,8 @@ class ShapeController:
         stale = [shape for shape in (FULL, LEAN) if shape != best and self._since[shape] >= self._waits[shape]]
         return stale[0] if stale else best
 
-    def record(self, shape: str, accepted: int, fed: int) -> None:
-        """A step of ``shape`` fed ``fed`` tokens and appended ``accepted``."""
+    def record(self, shape: str, accepted: float, fed: float) -> None:
+        """A step of ``shape`` fed ``fed`` tokens and appended ``accepted`` (per row)."""
         explored = self.adaptive and self.counts[FULL] >= 2 and self.counts[LEAN] >= 2 and shape != self.best()
         if shape != PLAIN:
             self._tokens[shape].add(float(accepted), self.alpha)

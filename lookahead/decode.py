@@ -40,6 +40,10 @@ def attention_groups(model, cache) -> tuple[dict, dict]:
     return windows, index
 
 
+def _never(length: int, token: int) -> bool:
+    return False
+
+
 class Sequence:
     """The growing token sequence of one generation, and what it reports on the way.
 
@@ -60,6 +64,12 @@ class Sequence:
         self.stats = stats
         self.scores = [] if keep_scores else None
         self.logits = [] if keep_logits else None
+        self.done = False
+
+    def ignore_stops(self) -> None:
+        """Go on appending whatever the criteria say (a batch row that stopped while the
+        others go on, as ``generate`` continues rows that have no EOS to stop them)."""
+        self._fast_stop = _never
         self.done = False
 
     @property
@@ -130,6 +140,7 @@ class Decoder:
         out = self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs)
         self.stats.forward_s += time.perf_counter() - started
         self.stats.forwards += 1
+        self.stats.row_forwards += 1
         return out.logits[0]
 
     def prefill(self, seq: Sequence, attention_mask, position_ids) -> None:
@@ -145,18 +156,26 @@ class Decoder:
         self.rule.start(logits[-1:])
         seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
         self.position = int(position_ids[0, -1]) + 1
-        cfg = self.config
-        self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
         windows, self.layer_index = attention_groups(self.model, self.cache)
         # a lone root over an unpadded cache with full attention needs no mask of ours: the
         # model's own causal mask is the same, and building ours costs more than plain decoding
         self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values())
-        self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.model.dtype, logits.device)
-        self.lean_mask = StepMask(0, 0, windows, self.model.dtype, logits.device)
+        self.seed(prompt, windows, logits.shape[-1], logits.device)
+
+    def seed(self, prompt: np.ndarray, windows: dict, vocab: int, device,
+             successors: SuccessorTable | None = None) -> None:
+        """Start the window, the step masks, the pool and the successor table from the
+        prompt's real tokens (int64 ``[n]``); ``successors`` shares a table between decoders."""
+        cfg = self.config
+        self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
+        self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.model.dtype, device)
+        self.lean_mask = StepMask(0, 0, windows, self.model.dtype, device)
         if self.pool is not None and cfg.prompt_ngrams:
             self.pool.insert_text(prompt)
-        if cfg.uses_successors:
-            self.successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
+        if successors is not None:
+            self.successors = successors
+        elif cfg.uses_successors:
+            self.successors = SuccessorTable(vocab, cfg.successors, cfg.ngram - 1)
 
     def step(self, seq: Sequence) -> None:
         """One forward: propose, verify, append what holds, commit its cache entries."""
@@ -168,14 +187,20 @@ class Decoder:
                               position_ids=(self.position + step.offsets)[None])
         if self.successors is not None:
             self.successors.update(step.ids[0], logits)
-        keep = self._accept(seq, step.tree, logits)
+        keep = self.accept(seq, step.tree, logits)
         accepted = len(keep)
         self._record(shape, step, seq.tokens[-accepted:])
         commit(self.cache, past_len, step.ids.shape[1], torch.tensor(keep, device=logits.device))
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
-        if window is not None:
-            self._advance_window(logits, accepted, last)
+        self.learn(seq, logits, window is not None, accepted, last)
+
+    def learn(self, seq: Sequence, logits: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
+        """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
+        move the window on (by its newest level's predictions in ``logits`` ``[q, V]`` when
+        it was fed), file the new n-grams and size the next copy guess."""
+        if windowed:
+            self._advance_window(logits, accepted, root)
         else:
             self.window.slide(accepted)
         self._learn_text(seq, accepted)
@@ -183,22 +208,33 @@ class Decoder:
 
     def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool) -> "Layout":
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
-        chain = window.chain if window is not None else _NO_CHAIN
-        head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
         if not guess and window is None and self._maskless_plain:
             ids = seq.ids[:, -1:]
             return Layout(_ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
-        cands, origins = self._guesses(seq) if guess else (None, ())
-        tree = GuessTree.build(chain, len(head), cands)
+        tree, tokens, cands, origins = self.plan(seq, window, guess)
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
-        ids = torch.tensor([head + tree.tokens.tolist()], device=seq.ids.device)
+        ids = torch.tensor([tokens], device=seq.ids.device)
         return Layout(tree, ids, offsets, mask, cands, origins, window is not None)
+
+    def plan(self, seq: Sequence, window: JacobiWindow | None, guess: bool):
+        """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
+        guess rows merged into it (or None) and each row's source."""
+        chain = window.chain if window is not None else _NO_CHAIN
+        head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
+        cands, origins = self._guesses(seq) if guess else (None, ())
+        tree = GuessTree.build(chain, len(head), cands)
+        return tree, head + tree.tokens.tolist(), cands, origins
 
     def _record(self, shape: str, step: "Layout", appended: list[int]) -> None:
         """Count the step, credit the source of its accepted guesses, inform the controller."""
-        stats, fed, accepted = self.stats, step.ids.shape[1], len(appended)
+        self.count(shape, step, step.ids.shape[1], appended)
+        self.controller.record(shape, len(appended), step.ids.shape[1])
+
+    def count(self, shape: str, step: "Layout", fed: int, appended: list[int]) -> None:
+        """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats."""
+        stats, accepted = self.stats, len(appended)
         stats.steps += 1
         stats.guess_tokens += fed - 1
         stats.lean_steps += int(not step.windowed)
@@ -206,9 +242,8 @@ class Decoder:
         stats.record_step(accepted)
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
-        self.controller.record(shape, accepted, fed)
 
-    def _accept(self, seq: Sequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
+    def accept(self, seq: Sequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
         """Walk the tree appending the model's own choices; return the nodes whose entries stay."""
         self.rule.start(logits)
         keep = []

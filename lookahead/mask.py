@@ -110,3 +110,61 @@ class StepMask:
         if list(masks) == [None]:
             return offsets, masks[None]
         return offsets, masks
+
+
+def stack_steps(offsets: list[torch.Tensor], allowed: list[torch.Tensor], width: int):
+    """Pad the rows of a batch step to ``width`` tokens.
+
+    Args:
+        offsets: per row, long ``[q_r]`` offsets from that row's root (``StepMask.offsets``).
+        allowed: per row, bool ``[q_r, q_r]`` (``StepMask.allowed``).
+
+    Returns:
+        ``(offsets [B, width], allowed [B, width, width])``. A filler token (after a row's
+        own) sits at offset 0 and sees only itself: its entries are never kept, and a query
+        that sees one key stays finite under every backend.
+    """
+    rows, device = len(offsets), offsets[0].device
+    out_offsets = torch.zeros(rows, width, dtype=torch.long, device=device)
+    out_allowed = torch.eye(width, dtype=torch.bool, device=device).repeat(rows, 1, 1)
+    for r, (off, allow) in enumerate(zip(offsets, allowed)):
+        q = off.shape[0]
+        out_offsets[r, :q] = off
+        out_allowed[r, :q, :q] = allow
+    return out_offsets, out_allowed
+
+
+def batch_masks(offsets: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, past_keep: torch.Tensor,
+                past_pos: torch.Tensor, groups: dict, dtype: torch.dtype):
+    """The additive mask(s) ``[B, 1, q, L + q]`` of a batch step over a cache with holes.
+
+    Row r's step tokens sit at positions ``positions[r] + offsets[r]``. A committed entry is
+    visible where ``past_keep`` (bool ``[B, L]``: False at padding and holes) says so and,
+    for a sliding-window group, where its position (``past_pos``, long ``[B, L]``) is less
+    than the window behind the query's. Positions, not cache indices, measure the window:
+    holes make indices drift from positions.
+
+    One row, two committed tokens at positions 0 and 1, a hole, and a step of root r with
+    one guess g (full attention; X = attend, . = hole, never seen)::
+
+              p0 p1  .  r  g
+        r      X  X     X
+        g      X  X     X  X
+
+    Returns a tensor for a single group named None, else ``{group name: tensor}``.
+    """
+    blocked = torch.finfo(dtype).min
+    masks = {}
+    for name, window in groups.items():
+        past = past_keep[:, None, :].expand(-1, offsets.shape[1], -1)
+        new = allowed
+        if window is not None:
+            query = positions[:, None] + offsets
+            past = past & (query[:, :, None] - past_pos[:, None, :] < window)
+            new = new & (offsets[:, :, None] - offsets[:, None, :] < window)
+        keep = torch.cat([past, new], dim=2)
+        mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+        masks[name] = mask.masked_fill_(~keep, blocked)[:, None]
+    if list(masks) == [None]:
+        return masks[None]
+    return masks

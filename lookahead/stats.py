@@ -12,8 +12,10 @@ class LookaheadStats:
 
     Attributes:
         forwards: model forward passes, the prompt's prefill included.
-        new_tokens: tokens appended to the prompt.
-        steps: decoding steps (forwards after the prefill).
+        row_forwards: forwards counted once per batch row they ran (``forwards`` at batch
+            size 1).
+        new_tokens: tokens appended to the prompt (all rows of a batch).
+        steps: decoding steps (forwards after the prefill; in a batch, per row).
         accepted: histogram, ``accepted[k]`` = number of steps that appended k tokens.
         pool_lookups / pool_hits: steps that asked the pool / that got at least one guess.
         guess_tokens: tokens fed as guesses (window + candidates), summed over steps.
@@ -27,6 +29,7 @@ class LookaheadStats:
     """
 
     forwards: int = 0
+    row_forwards: int = 0
     new_tokens: int = 0
     steps: int = 0
     accepted: list[int] = field(default_factory=list)
@@ -42,8 +45,10 @@ class LookaheadStats:
 
     @property
     def tokens_per_forward(self) -> float:
-        """Step compression: new tokens per forward pass (1.0 for plain greedy decoding)."""
-        return self.new_tokens / self.forwards if self.forwards else 0.0
+        """Step compression: new tokens per forward pass and row (1.0 for plain greedy
+        decoding, whatever the batch size)."""
+        forwards = self.row_forwards or self.forwards
+        return self.new_tokens / forwards if forwards else 0.0
 
     @property
     def overhead_s(self) -> float:
@@ -64,6 +69,7 @@ class LookaheadStats:
     def as_dict(self) -> dict:
         return {
             "forwards": self.forwards,
+            "row_forwards": self.row_forwards,
             "new_tokens": self.new_tokens,
             "steps": self.steps,
             "tokens_per_forward": self.tokens_per_forward,

@@ -44,7 +44,7 @@ def check_model(model) -> None:
         probe(model)
 
 
-def check_request(generation_config, batch_size: int) -> None:
+def check_request(generation_config) -> None:
     """Raise ``Unsupported`` for generation settings lookahead decoding does not serve."""
     if generation_config.num_beams != 1:
         raise Unsupported(f"num_beams must be 1 for lookahead decoding, got {generation_config.num_beams}")
@@ -52,8 +52,6 @@ def check_request(generation_config, batch_size: int) -> None:
         raise Unsupported(
             f"num_return_sequences must be 1 for lookahead decoding, got {generation_config.num_return_sequences}"
         )
-    if batch_size != 1:
-        raise Unsupported(f"lookahead decoding runs batch size 1 for now; input_ids has batch size {batch_size}")
     guidance = getattr(generation_config, "guidance_scale", None)
     if guidance not in (None, 1, 1.0):
         raise Unsupported(f"guidance_scale is not supported by lookahead decoding, got {guidance}")

@@ -19,3 +19,11 @@ prompts = testing.prompts(tokens)
 configs = testing.configs()
 max_new_tokens = testing.max_new_tokens(1, 48)
 eos_ids = testing.eos_ids(tokens)
+
+
+def batch_rows(max_rows=8):
+    """1..max_rows prompts (lists of ids), repetitive and random mixed, of different lengths."""
+    from hypothesis import strategies as st
+
+    row = st.one_of(repetitive_prompts(min_len=4, max_len=30), testing.random_prompts(tokens, 1, 24))
+    return st.lists(row, min_size=1, max_size=max_rows)

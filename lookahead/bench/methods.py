@@ -35,10 +35,12 @@ class Settings:
     state: dict = field(default_factory=dict)  # per-variant state shared by its copies (the kept pool)
     prompt_lookup_num_tokens: int = 10
     max_matching_ngram_size: int = 2
+    attention_mask: torch.Tensor | None = None  # a left-padded batch's (the runner sets it per batch)
 
     def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
+        mask = self.attention_mask if self.attention_mask is not None else torch.ones_like(input_ids)
         kwargs = {
-            "attention_mask": torch.ones_like(input_ids),
+            "attention_mask": mask,
             "max_new_tokens": self.max_new_tokens,
             "do_sample": self.do_sample,
         }
@@ -77,7 +79,13 @@ def run_greedy(model, input_ids, settings: Settings):
     return model.generate(input_ids, **settings.generate_kwargs(input_ids)), None
 
 
+def _single(name: str, input_ids: torch.Tensor) -> None:
+    if input_ids.shape[0] != 1:
+        raise MethodUnavailable(f"{name}: batch size 1 only, got batches of {input_ids.shape[0]}")
+
+
 def run_prompt_lookup(model, input_ids, settings: Settings):
+    _single("prompt-lookup", input_ids)
     kwargs = settings.generate_kwargs(input_ids)
     kwargs["prompt_lookup_num_tokens"] = settings.prompt_lookup_num_tokens
     kwargs["max_matching_ngram_size"] = settings.max_matching_ngram_size
@@ -158,6 +166,7 @@ def _run_suffix(model, input_ids, settings: Settings, name: str):
     import lookahead
     from lookahead.bench import suffix
 
+    _single(name, input_ids)
     reason = suffix_unavailable()
     if reason is not None:
         raise MethodUnavailable(f"{name}: {reason}")
@@ -226,12 +235,16 @@ def measure(name: str, model, input_ids: torch.Tensor, settings: Settings) -> Ru
         out, stats = fn(model, input_ids, settings)
         probes.synchronize(model)
         wall = time.perf_counter() - t0
-    tokens = _sequences(out)[0, prompt_len:].tolist()
+    rows = input_ids.shape[0]
+    tokens = _sequences(out)[:, prompt_len:].reshape(-1).tolist()  # a batch's rows end to end
     peak = probes.peak_memory_mb(model)
     if stats is not None and stats.forwards > 0:
         result = _from_stats(tokens, stats, wall, peak)
         result.prefill_s = probe.first_s if probe.forwards == stats.forwards else None
         return result
+    if rows > 1:  # forwards counted once per row they ran, so tokens per forward stays per row
+        return RunResult(tokens, probe.forwards * rows, probe.forward_s, wall, None, None, peak,
+                         prefill_s=probe.first_s)
     return _from_probe(tokens, probe, prompt_len, wall, peak)
 
 
@@ -245,7 +258,8 @@ def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
         "lean_steps": getattr(stats, "lean_steps", 0),
         "fallback": stats.fallback,
     }
-    return RunResult(tokens, stats.forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra)
+    forwards = stats.row_forwards or stats.forwards
+    return RunResult(tokens, forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra)
 
 
 def _from_probe(tokens, probe: probes.ForwardProbe, prompt_len: int, wall: float, peak: float) -> RunResult:

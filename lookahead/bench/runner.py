@@ -38,7 +38,8 @@ class Record:
     first_mismatch: int | None = None
 
 
-def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str]) -> None:
+def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str],
+            attention_mask: torch.Tensor | None = None) -> None:
     """One short run of each method: kernels, allocator and JIT-compiled code get ready.
 
     A method that cannot serve this model or request is noted in ``skipped`` (label -> reason).
@@ -47,7 +48,8 @@ def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: di
     for variant in variants:
         key = (variant.method, tuple(sorted(variant.settings.shape.items())))
         if key not in seen:
-            short = replace(variant.settings, max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens))
+            short = replace(variant.settings, max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens),
+                            attention_mask=attention_mask)
             try:
                 methods.measure(variant.method, model, input_ids, short)
                 seen[key] = None
@@ -70,38 +72,61 @@ def run(
     warmup: bool = True,
     progress: bool = True,
     repeats: int = 1,
+    batch_size: int = 1,
 ) -> tuple[list[Record], dict[str, str]]:
     """Measure every variant on every prompt; mark where each output first differs from the baseline's.
+
+    With ``batch_size`` > 1 the prompts run ``batch_size`` at a time, left-padded, and a
+    record covers a batch (its tokens are the rows' new tokens end to end).
 
     With ``repeats`` > 1 each prompt's round (A B C) runs that many times and each variant keeps
     its run of median wall time. Returns the records and the variants dropped because their
     method cannot run here (label -> reason); a dropped variant leaves no records.
     """
     device = next(model.parameters()).device
-    tensors = [torch.tensor([ids], dtype=torch.long, device=device) for ids in encoded]
+    groups = batches(prompts, encoded, batch_size, variants[0].settings.pad_token_id if variants else None, device)
     skipped: dict[str, str] = {}
-    if warmup and tensors:
-        warm_up(model, tensors[0], variants, skipped)
+    if warmup and groups:
+        warm_up(model, groups[0][1], variants, skipped, groups[0][2])
     records: list[Record] = []
-    total = len(prompts) * len(variants) * repeats
+    total = len(groups) * len(variants) * repeats
     with tqdm(total=total, desc="bench", unit="run", disable=not progress, file=sys.stderr) as bar:
-        for i, (prompt, input_ids) in enumerate(zip(prompts, tensors)):
-            runs = _round(model, prompt, input_ids, variants, i, repeats, skipped, bar)
-            row = [Record(prompt.id, label, input_ids.shape[1], _median_run(rs)) for label, rs in runs.items()]
+        for i, (prompt_id, input_ids, mask) in enumerate(groups):
+            runs = _round(model, prompt_id, input_ids, mask, variants, i, repeats, skipped, bar)
+            row = [Record(prompt_id, label, input_ids.shape[1], _median_run(rs)) for label, rs in runs.items()]
             if check_exact and baseline is not None:
                 _mark_mismatches(row, baseline, bar)
             records.extend(row)
     return [r for r in records if r.label not in skipped], skipped
 
 
-def _round(model, prompt, input_ids, variants, index, repeats, skipped, bar) -> dict[str, list]:
-    """Every variant on one prompt, ``repeats`` times over, interleaved."""
+def batches(prompts: list[Prompt], encoded: list[list[int]], size: int, pad: int | None, device):
+    """``[(id, input_ids [B, n], attention_mask or None)]``: the prompts ``size`` at a time,
+    left-padded with ``pad`` (a batch of one has no mask, as before batching)."""
+    groups = []
+    for start in range(0, len(encoded), size):
+        rows = encoded[start: start + size]
+        ids = [p.id for p in prompts[start: start + size]]
+        name = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
+        if len(rows) == 1:
+            groups.append((name, torch.tensor(rows, dtype=torch.long, device=device), None))
+            continue
+        width = max(len(r) for r in rows)
+        fill = pad if pad is not None else 0
+        input_ids = torch.tensor([[fill] * (width - len(r)) + r for r in rows], dtype=torch.long, device=device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
+        groups.append((name, input_ids, mask))
+    return groups
+
+
+def _round(model, prompt_id, input_ids, mask, variants, index, repeats, skipped, bar) -> dict[str, list]:
+    """Every variant on one prompt (or batch), ``repeats`` times over, interleaved."""
     runs: dict[str, list[methods.RunResult]] = {}
     for _ in range(repeats):
         for variant in variants:
             if variant.label not in skipped:
-                bar.set_postfix_str(f"{prompt.id} {variant.label}", refresh=False)
-                settings = replace(variant.settings, seed=variant.settings.seed + index)
+                bar.set_postfix_str(f"{prompt_id} {variant.label}", refresh=False)
+                settings = replace(variant.settings, seed=variant.settings.seed + index, attention_mask=mask)
                 try:
                     result = methods.measure(variant.method, model, input_ids, settings)
                     runs.setdefault(variant.label, []).append(result)

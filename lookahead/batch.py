@@ -1,0 +1,330 @@
+"""Lookahead decoding of a left-padded batch: one forward per step for every row.
+
+Each row keeps its own window, copy guess, guess tree, positions and acceptance (a
+:class:`~lookahead.decode.Decoder` that plans and learns but owns no cache); the n-gram pool
+and the successor table are shared, so rows learn from one another. A step pads every row's
+``[root | window | draft]`` to the widest row, runs them in one forward, walks each row's
+tree with its own logits and commits what each accepted.
+
+Rows accept different numbers of tokens, so their caches would grow apart. The cache keeps
+one length for all rows and leaves *holes* instead: a step whose rows accepted ``a_r``
+tokens appends ``max(a)`` entries to every row, row r's first ``a_r`` its accepted nodes and
+the rest holes that the mask hides from then on (``past_keep``). Holes cost attention width
+but never a copy of the cache; when they make up most of it, every row's real entries are
+gathered to the right end, as left padding (one copy, rarely). Positions are each row's
+count of real tokens, as ``model.generate`` computes them from a left-padded attention mask,
+and sliding windows are measured in positions, so the cache is a plain ``DynamicCache``
+whose layers all keep full length (a sliding layer trims by index, which holes would break).
+
+Rows stop as ``model.generate``'s do: with an EOS criterion in the list a finished row is
+filled with the pad token; without one it keeps generating until every row has stopped (its
+extra tokens are what ``generate`` would return too). A finished row leaves the batch (and
+the cache) unless its scores or logits must be reported: then it feeds pad tokens as
+``generate`` does, so those rows hold what ``generate``'s would.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+from transformers.cache_utils import DynamicCache
+
+from lookahead.cache import commit_rows, gather_rows
+from lookahead.config import LookaheadConfig
+from lookahead.controller import FULL, PLAIN, ShapeController
+from lookahead.costmodel import CostCurve
+from lookahead.decode import Decoder, Layout, Sequence, attention_groups
+from lookahead.mask import batch_masks, stack_steps
+from lookahead.pool import NgramPool
+from lookahead.recycle import SuccessorTable
+from lookahead.stats import LookaheadStats
+from lookahead.stopping import fast_check
+from lookahead.tree import GuessTree
+from lookahead.verify import Pick, walk
+
+_NO_CHAIN = np.zeros(0, dtype=np.int64)
+PAD_RUN = 4  # pad tokens a finished row feeds per step when its scores are reported
+
+
+class ForcedPad:
+    """The rule of a finished row whose scores are reported: ``rule``'s scores, the pad token."""
+
+    def __init__(self, rule, pad: int):
+        self.rule, self.pad = rule, pad
+
+    def start(self, logits: torch.Tensor) -> None:
+        self.rule.start(logits)
+
+    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
+        pick = self.rule(node, sequence, children)
+        return Pick(self.pad, pick.logits, pick.scores)
+
+
+class RowView:
+    """A batch-wide logits processor list or stopping criteria list, applied to one row.
+
+    ``generate`` calls them on the whole batch, and some keep per-row state indexed by the
+    row's place in it (the repetition penalty's padding lengths, ``prefix_allowed_tokens_fn``'s
+    batch id). A row decoded on its own is copied into every one of the ``rows`` slots, so
+    whatever they index by reads this row's place, and the row's own answer is kept.
+    """
+
+    def __init__(self, fn, row: int, rows: int):
+        self.fn, self.row, self.rows = fn, row, rows
+
+    def __iter__(self):  # a list of one criterion that is neither a length nor an EOS check
+        return iter([self])
+
+    def __bool__(self) -> bool:
+        return bool(self.fn)
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor | None):
+        ids = ids.expand(self.rows, -1)
+        scores = scores.repeat(self.rows, 1) if scores is not None else None
+        return self.fn(ids, scores)[self.row: self.row + 1]
+
+
+class Row:
+    """One prompt of the batch: its sequence, its planner and where it stands.
+
+    ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
+    """
+
+    def __init__(self, seq: Sequence, planner: Decoder, prompt_len: int):
+        self.seq = seq
+        self.planner = planner
+        self.prompt_len = prompt_len
+        self.stop_at: int | None = None
+
+    @property
+    def generated(self) -> int:
+        return len(self.seq.tokens) - self.prompt_len
+
+    def plan(self, shape: str, forced: bool):
+        """This step's layout (ids None) and input tokens."""
+        if forced:
+            pads = np.full((1, PAD_RUN), self.planner.rule.pad, dtype=np.int64)
+            tree = GuessTree.build(_NO_CHAIN, 1, pads)
+            return Layout(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
+        window = self.planner.window if shape == FULL else None
+        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=shape != PLAIN)
+        cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
+        return Layout(tree, None, None, None, cands, origins, window is not None), tokens
+
+
+class BatchDecoder:
+    """State of one lookahead generation over a left-padded batch.
+
+    Args:
+        pad_after_stop: ``generate``'s rule for finished rows when its criteria include EOS:
+            fill with ``pad``; otherwise finished rows go on generating.
+        keep_rows: scores or logits are reported, so finished rows keep computing them.
+    """
+
+    def __init__(self, model, config: LookaheadConfig, rule, stats: LookaheadStats, stopping_criteria,
+                 pool: NgramPool | None, costs: CostCurve | None, pad: int | None, pad_after_stop: bool,
+                 keep_scores: bool, keep_logits: bool):
+        self.model, self.config, self.rule, self.stats = model, config, rule, stats
+        self.stopping_criteria = stopping_criteria
+        self.pool = pool
+        if pool is None and config.uses_pool:
+            self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+        self.controller = ShapeController(costs, adaptive=config.adaptive and config.method == "lookahead")
+        self.pad, self.pad_after_stop = pad, pad_after_stop
+        self.keep_scores, self.keep_logits = keep_scores, keep_logits
+        self.cache = DynamicCache()  # full-length layers: see the module docstring
+        windows, _ = attention_groups(model, DynamicCache(config=model.config))
+        self.groups = windows
+        self.rows: list[Row] = []
+        self.live: list[Row] = []  # the rows still decoded, in cache order
+
+    def forward(self, **inputs) -> torch.Tensor:
+        started = time.perf_counter()
+        out = self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs)
+        self.stats.forward_s += time.perf_counter() - started
+        self.stats.forwards += 1
+        self.stats.row_forwards += inputs["input_ids"].shape[0]
+        return out.logits
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+        """Run the prompts, pick each row's first token, seed every row's planner."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+        keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                              **keep_last)[:, -1]
+        self.past_keep = attention_mask.bool()
+        self.past_pos = positions
+        self.position = attention_mask.long().sum(-1)
+        cfg = self.config
+        successors = None
+        if cfg.uses_successors:
+            successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
+        keep_mask = self.past_keep.cpu().numpy()
+        rows = input_ids.shape[0]
+        for r in range(rows):
+            criteria = self.stopping_criteria
+            if fast_check(criteria) is None:
+                criteria = RowView(criteria, r, rows)
+            seq = Sequence(input_ids[r: r + 1], criteria, None, self.stats, self.keep_scores, self.keep_logits)
+            rule = copy.copy(self.rule)
+            if rule.processors:
+                rule.processors = RowView(rule.processors, r, rows)
+            planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool)
+            planner.seed(np.asarray(seq.tokens, dtype=np.int64)[keep_mask[r]], self.groups, logits.shape[-1],
+                         logits.device, successors)
+            row = Row(seq, planner, input_ids.shape[1])
+            rule.start(logits[r: r + 1])
+            seq.append(next(walk(None, rule, lambda: seq.ids))[1])
+            self.rows.append(row)
+            self._check_stop(row)
+        self.live = list(self.rows)
+        self._retire()
+
+    @property
+    def done(self) -> bool:
+        return not self.live
+
+    def step(self) -> None:
+        """One forward for every live row: propose, verify, append, commit."""
+        live = self.live
+        self.controller.rows = len(live)
+        shape = self.controller.choose()
+        plans = [row.plan(shape, forced=self._forced(row)) for row in live]
+        width = max(len(tokens) for _, tokens in plans)
+        ids = torch.tensor([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans],
+                           device=self.position.device)
+        offsets, allowed = self._shapes(live, plans, width)
+        mask = batch_masks(offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups,
+                           self.model.dtype)
+        logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=self.position[:, None] + offsets)
+        accepted = [self._accept(row, layout, len(tokens), ids[i], logits[i], shape)
+                    for i, (row, (layout, tokens)) in enumerate(zip(live, plans))]
+        self.controller.record(shape, sum(len(k) for k in accepted) / len(live), float(width))
+        self._commit(accepted)
+        for row in live:
+            self._check_stop(row)
+        self._retire()
+
+    def _shapes(self, live: list[Row], plans, width: int):
+        offsets, allowed = [], []
+        for row, (layout, _) in zip(live, plans):
+            step_mask = row.planner.step_mask if layout.windowed else row.planner.lean_mask
+            offsets.append(step_mask.offsets(layout.tree))
+            allowed.append(step_mask.allowed(layout.tree))
+        return stack_steps(offsets, allowed, width)
+
+    def _accept(self, row: Row, layout: Layout, fed: int, ids: torch.Tensor, logits: torch.Tensor,
+                shape: str) -> list[int]:
+        """Walk one row's tree; learn from what it fed and accepted; return its kept nodes."""
+        planner, seq = row.planner, row.seq
+        root = seq.tokens[-1]
+        if planner.successors is not None:
+            planner.successors.update(ids[:fed], logits[:fed])
+        keep = planner.accept(seq, layout.tree, logits[:fed])
+        if isinstance(planner.rule, ForcedPad):
+            return keep
+        appended = seq.tokens[-len(keep):]
+        planner.count(shape, layout, fed, appended)
+        planner.learn(seq, logits, layout.windowed, len(keep), root)
+        return keep
+
+    def _commit(self, accepted: list[list[int]]) -> None:
+        """Append ``max(a)`` entries per row, holes after each row's own ``a_r``."""
+        m = max(len(k) for k in accepted)
+        past_len = self.past_keep.shape[1]
+        device = self.position.device
+        index = torch.tensor([k + [0] * (m - len(k)) for k in accepted], device=device)
+        counts = torch.tensor([len(k) for k in accepted], device=device)
+        steps = torch.arange(m, device=device)
+        commit_rows(self.cache, past_len, index)
+        self.past_keep = torch.cat([self.past_keep, steps[None] < counts[:, None]], dim=1)
+        self.past_pos = torch.cat([self.past_pos, self.position[:, None] + steps[None]], dim=1)
+        self.position = self.position + counts
+        held = self.past_keep.shape[1]
+        if held > 64 and 2 * int(self.position.max()) < held:
+            self._close_holes()
+
+    def _close_holes(self) -> None:
+        """Gather each row's real entries to the right end (holes become left padding)."""
+        keep = self.past_keep
+        order = torch.sort(keep.to(torch.int8), dim=1, stable=True).indices  # holes first
+        index = order[:, keep.shape[1] - int(keep.sum(1).max()):]
+        gather_rows(self.cache, index)
+        self.past_keep = keep.gather(1, index)
+        self.past_pos = self.past_pos.gather(1, index)
+
+    def _forced(self, row: Row) -> bool:
+        return isinstance(row.planner.rule, ForcedPad)
+
+    def _check_stop(self, row: Row) -> None:
+        """Note when a row's criteria first said stop, and what it does from then on."""
+        if row.stop_at is not None or not row.seq.done:
+            return
+        row.stop_at = row.generated
+        row.seq.ignore_stops()
+        if self.pad_after_stop and (self.keep_scores or self.keep_logits):
+            row.planner.rule = ForcedPad(row.planner.rule, self.pad)
+
+    def _needs_more(self, row: Row, horizon: int | None) -> bool:
+        if row.stop_at is None:
+            return True
+        if self.pad_after_stop and not self._forced(row):
+            return False
+        return horizon is None or row.generated < horizon
+
+    def _retire(self) -> None:
+        """Drop rows that need no more tokens from the batch and the cache."""
+        stops = [row.stop_at for row in self.rows]
+        horizon = max(stops) if None not in stops else None
+        keep = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
+        if len(keep) == len(self.live):
+            return
+        self.live = [self.live[i] for i in keep]
+        if not keep:
+            return
+        index = torch.tensor(keep, device=self.position.device)
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, index.to(layer.keys.device))
+            layer.values = layer.values.index_select(0, index.to(layer.values.device))
+        self.past_keep = self.past_keep[index]
+        self.past_pos = self.past_pos[index]
+        self.position = self.position[index]
+
+    def outputs(self):
+        """``(sequences [B, n + T], scores, logits)`` laid out as ``generate`` returns them:
+        T = the most new tokens any row had when it stopped; per-step tuples of ``[B, V]``."""
+        horizon = max(row.stop_at for row in self.rows)
+        sequences = []
+        for row in self.rows:
+            ids = row.seq.ids[0, : row.prompt_len + horizon]
+            if ids.shape[0] < row.prompt_len + horizon:
+                ids = torch.cat([ids, ids.new_full((row.prompt_len + horizon - ids.shape[0],), self.pad)])
+            sequences.append(ids)
+            self.stats.new_tokens -= max(row.generated - horizon, 0)  # beyond what is returned
+        scores = _per_step([row.seq.scores for row in self.rows], horizon) if self.keep_scores else None
+        logits = _per_step([row.seq.logits for row in self.rows], horizon) if self.keep_logits else None
+        return torch.stack(sequences), scores, logits
+
+
+def _per_step(rows: list[list[torch.Tensor]], steps: int) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.cat([row[t] for row in rows], dim=0) for t in range(steps))
+
+
+def batch_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, attention_mask=None,
+                 keep_scores=False, keep_logits=False, costs: CostCurve | None = None, pad: int | None = None,
+                 pad_after_stop: bool = False):
+    """Generate after the left-padded ``input_ids`` (``[B, n]``) until every row stopped.
+
+    Returns ``(sequences, scores, logits)`` as :meth:`BatchDecoder.outputs` lays them out.
+    """
+    decoder = BatchDecoder(model, config, rule, stats, stopping_criteria, pool, costs, pad, pad_after_stop,
+                           keep_scores, keep_logits)
+    decoder.prefill(input_ids, attention_mask)
+    while not decoder.done:
+        decoder.step()
+    return decoder.outputs()
