@@ -1,0 +1,245 @@
+"""The decode loop's small parts against their documented behaviour.
+
+Mutation testing (docs/mutation.md) found these blind spots in ``lookahead/decode.py``: the
+token buffers past their first growth, the stopping check the decoder answers without
+running the criteria, which source a step's accepted guesses are credited to, and models
+the other tests never build (one layer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from transformers import StoppingCriteriaList
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+
+import lookahead
+from lookahead.costmodel import CostCurve
+from lookahead.decode import Layout, Sequence, _common
+from lookahead.stats import LookaheadStats
+from lookahead.tree import GuessTree
+from lookahead.verify import Pick
+from tiny_models import CONFIGS, VOCAB, tiny_model
+
+REPEAT = torch.tensor([[5, 6, 7, 8, 9] * 4])
+
+
+def pick(token: int) -> Pick:
+    row = torch.full((1, VOCAB), float(token))
+    return Pick(token, row, row + 1)
+
+
+def sequence(prompt, criteria=(), keep_scores=False, keep_logits=False) -> Sequence:
+    return Sequence(torch.tensor([prompt]), StoppingCriteriaList(list(criteria)), None, LookaheadStats(),
+                    keep_scores, keep_logits)
+
+
+@pytest.mark.parametrize("read_every", [1, 97])
+def test_sequence_grows_past_its_buffers(read_every):
+    """200 tokens after a one-token prompt outgrow both buffers (sized 2 * prompt + 64); the
+    ids and the int64 array stay the tokens, whether the array is read after every append
+    or first after the growth."""
+    seq = sequence([5])
+    tokens = [5]
+    for i in range(200):
+        token = 3 + (7 * i) % (VOCAB - 3)
+        seq.append(pick(token))
+        tokens.append(token)
+        assert seq.ids.tolist() == [tokens]
+        if (i + 1) % read_every == 0:
+            array = seq.array()
+            assert array.dtype == np.int64
+            assert array.tolist() == tokens
+    assert seq.array().tolist() == tokens and seq.array().dtype == np.int64
+    assert seq.stats.new_tokens == 200 and not seq.done
+
+
+@pytest.mark.parametrize("keep_scores,keep_logits", [(False, False), (True, False), (False, True), (True, True)])
+def test_sequence_keeps_scores_and_logits_only_when_asked(keep_scores, keep_logits):
+    seq = sequence([5, 6], keep_scores=keep_scores, keep_logits=keep_logits)
+    picks = [pick(t) for t in (7, 8, 9)]
+    for p in picks:
+        seq.append(p)
+    assert (seq.scores is not None) == keep_scores and (seq.logits is not None) == keep_logits
+    if keep_scores:
+        assert all(a is p.scores for a, p in zip(seq.scores, picks)) and len(seq.scores) == 3
+    if keep_logits:
+        assert all(a is p.logits for a, p in zip(seq.logits, picks)) and len(seq.logits) == 3
+
+
+def test_default_criteria_are_answered_without_running_them(monkeypatch):
+    """A length limit and EOS ids (the criteria ``generate`` builds by default) are answered
+    from the length and the newest token (lookahead.stopping): the criteria never run."""
+    def never_call(self, *args, **kwargs):
+        raise AssertionError("the default criteria ran")
+
+    monkeypatch.setattr(MaxLengthCriteria, "__call__", never_call)
+    monkeypatch.setattr(EosTokenCriteria, "__call__", never_call)
+    criteria = [MaxLengthCriteria(max_length=12), EosTokenCriteria(eos_token_id=[7, 9])]
+    seq = sequence([5, 6], criteria)
+    for token in (3, 4, 7):
+        seq.append(pick(token))
+    assert seq.done  # EOS 7
+    seq = sequence([5, 6], criteria)
+    for n, token in enumerate([3, 4, 5, 6, 8, 10, 11, 12, 13, 14], start=3):
+        seq.append(pick(token))
+        assert seq.done == (n >= 12)
+
+
+def layout(chain, rows, origins, windowed=True) -> Layout:
+    chain = np.asarray(chain, dtype=np.int64)
+    cands = None
+    if rows:  # rows padded with -1, as the decoder stacks them
+        cands = np.full((len(rows), max(map(len, rows))), -1, dtype=np.int64)
+        for i, row in enumerate(rows):
+            cands[i, : len(row)] = row
+    tree = GuessTree.build(chain, 1 + len(chain), cands)
+    return Layout(tree, None, None, None, cands, tuple(origins), windowed)
+
+
+@pytest.mark.parametrize("chain,rows,origins,held,source", [
+    # level 0 matches longest
+    ([10, 11, 12], [[10, 11, 13], [10]], ["copy", "pool"], [10, 11, 12], "window"),
+    # a row matches longer than level 0
+    ([10, 11, 12], [[10, 11, 13], [10]], ["copy", "pool"], [10, 11, 13], "copy"),
+    ([10, 11, 12], [[10], [10, 11, 13, 14]], ["copy", "pool"], [10, 11, 13, 14], "pool"),
+    # ties: level 0 first, then the first row among the longest
+    ([10, 11, 12], [[10, 11, 12], [10, 11, 12]], ["copy", "pool"], [10, 11, 12], "window"),
+    ([], [[20, 21, -1], [20, 21, 22]], ["copy", "pool"], [20, 21], "copy"),
+    ([], [[20, 21, -1], [20, 21, 22]], ["pool", "successors"], [20, 21, 5], "pool"),
+    # nothing guessed matches (cannot happen after an accepted guess, but defined)
+    ([], [[30, 31]], ["pool"], [40], "window"),
+])
+def test_source_of_credits_the_longest_match(chain, rows, origins, held, source):
+    assert layout(chain, rows, origins).source_of(held) == source
+
+
+def test_source_of_without_rows_is_the_window():
+    assert layout([10, 11], [], []).source_of([10, 11]) == "window"
+
+
+@pytest.mark.parametrize("row,held,n", [
+    ([1, 2, 3], [1, 2, 4], 2), ([1, 2], [1, 2, 3], 2), ([1, 2, 3], [1, 2], 2), ([5], [1], 0),
+    ([], [1], 0), ([1, 2, 3, 4], [1, 2, 3, 4], 4), (np.array([7, -1]), [7, 8], 1),
+])
+def test_common_prefix(row, held, n):
+    assert _common(row, held) == n
+
+
+def test_one_layer_model_equals_greedy():
+    """The decoder reads one cache layer per attention kind: a model with a single layer."""
+    config = CONFIGS["llama"]()
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    got = lookahead.generate(model, REPEAT, **kwargs)
+    assert got.tolist() == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
+
+
+def test_output_carries_scores_and_logits_only_when_asked():
+    """``return_dict_in_generate`` alone: no scores and no logits, as ``model.generate``."""
+    model = tiny_model("llama", "sdpa")
+    kwargs = dict(max_new_tokens=12, eos_token_id=None, pad_token_id=0, return_dict_in_generate=True)
+    for extra in ({}, {"output_scores": True}, {"output_logits": True}):
+        expected = model.generate(REPEAT, do_sample=False, **kwargs, **extra)
+        got = lookahead.generate(model, REPEAT, **kwargs, **extra)
+        assert got.sequences.tolist() == expected.sequences.tolist()
+        assert (got.scores is None) == (expected.scores is None)
+        assert (got.logits is None) == (expected.logits is None)
+
+
+def fresh_model(family="llama", **changes):
+    """A tiny model of its own (the cached ones are shared: never patch those)."""
+    config = CONFIGS[family]()
+    for name, value in changes.items():
+        setattr(config, name, value)
+    torch.manual_seed(0)
+    return tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+def test_prefill_computes_the_last_row_of_logits_only():
+    """The prompt's forward asks for one row of logits (``logits_to_keep=1``), not ``[n, V]``."""
+    model = fresh_model()
+    rows = []
+    model.register_forward_hook(lambda module, args, out: rows.append(out.logits.shape[1]))
+    lookahead.generate(model, REPEAT, max_new_tokens=4, eos_token_id=None, pad_token_id=0)
+    assert rows[0] == 1
+
+
+def test_model_without_logits_to_keep_equals_greedy():
+    """A model that cannot keep only the last row returns logits for the whole prompt: the
+    first token is picked from the last of them."""
+    model = fresh_model()
+    model._supports_logits_to_keep = lambda: False
+    kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0)
+    got = lookahead.generate(model, REPEAT, **kwargs)
+    assert got.tolist() == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
+
+
+RANDOM = torch.tensor([[0, 0, 0, 7, 30, 12, 41, 3, 19, 25, 8, 44, 16]])  # three pads on the left
+
+
+@pytest.mark.parametrize("family,padded", [("llama", True), ("mistral", False), ("mistral", True),
+                                           ("qwen2", False)])
+def test_plain_steps_equal_greedy(family, padded):
+    """Plain steps (the controller backs off on random text when a forward costs in
+    proportion to its tokens), 40 of them: over a left-padded prompt they still mask the
+    padding, and on sliding-window models (all layers, or some) the window still slides."""
+    model = tiny_model(family, "sdpa")
+    ids = RANDOM if padded else RANDOM[:, 3:]
+    kwargs = dict(max_new_tokens=40, eos_token_id=None, pad_token_id=0, attention_mask=(ids != 0).long())
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CostCurve.linear(1.0), **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert stats.plain_steps > stats.steps // 2
+
+
+def test_controller_weighs_the_given_cost_curve():
+    """Guessing that costs almost nothing never backs off to plain decoding; guessing that
+    costs in proportion to the tokens fed does, on the same random text (measured: 0 and 24
+    plain steps of 15 and 31)."""
+    model = tiny_model("llama", "sdpa")
+    kwargs = dict(max_new_tokens=48, eos_token_id=None, pad_token_id=0, attention_mask=(RANDOM != 0).long())
+    plain = {}
+    for per_token in (0.01, 1.0):
+        stats = lookahead.LookaheadStats()
+        lookahead.generate(model, RANDOM, lookahead_stats=stats, lookahead_costs=CostCurve.linear(per_token),
+                           **kwargs)
+        plain[per_token] = stats.plain_steps
+    assert plain[0.01] == 0 and plain[1.0] > 10
+
+
+def test_copy_guess_follows_its_budget():
+    """The copy guess (LookaheadConfig.copy_length) starts at 4 tokens, doubles each time it
+    holds in full and drops to what held + 2 when it breaks, never above ``copy_length``;
+    with a match it always copies its whole budget (kernels.copy_guess). Checked step by step
+    from what each forward was fed, on a copy-only config."""
+    model = fresh_model("gpt2")
+    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, prompt_ngrams=False, adaptive=False,
+                                       copy_length=16)
+    fed = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append((kwargs["input_ids"][0].tolist(), int(kwargs["position_ids"][0, 0]))),
+        with_kwargs=True)
+    copied, cuts = [], 0
+    for prompt in ([4, 8, 15] * 5, [9, 9, 10, 11, 12] * 3, [5, 9, 14, 7, 22, 31] * 3):
+        fed.clear()
+        ids = torch.tensor([prompt])
+        out = lookahead.generate(model, ids, lookahead_config=config, max_new_tokens=48, eos_token_id=None,
+                                 pad_token_id=0)[0].tolist()
+        steps = fed[1:]  # after the prefill
+        budget = 4
+        for i, (tokens, root) in enumerate(steps):
+            guess = tokens[1:]
+            assert len(guess) in (0, budget)
+            end = steps[i + 1][1] + 1 if i + 1 < len(steps) else len(out)
+            appended = out[root + 1: end]
+            if guess:
+                held = _common(guess, appended)
+                budget = min(2 * budget, 16) if held == len(guess) else min(held + 2, 16)
+                cuts += held < len(guess)
+                copied.append(len(guess))
+    assert max(copied) == 16 and cuts > 0
