@@ -22,6 +22,12 @@
 # MUTATION_TIMEOUT (seconds per module and call, 0 = none), MUTANTS (mutmut names or patterns,
 # space-separated, e.g. 'lookahead.kernels.x_merge_trie*', to (re)test only those mutants of a
 # single module: after adding tests, rerun the survivors this way).
+#
+# Changing a module's test selection (tests_for) makes mutmut reset all its verdicts. Adding
+# tests cannot revive a killed mutant (the tests are deterministic under the `mutation`
+# profile), so the script keeps the kills and timeouts of functions whose source did not
+# change (it lets mutmut reset and re-collect the test mapping on one killed mutant first,
+# then puts those verdicts back) and re-tests the rest; MUTATION_KEEP_KILLS=0 re-tests all.
 # Results and how to read them: docs/mutation.md.
 set -euo pipefail
 
@@ -42,8 +48,8 @@ tests_for() {
     cache) echo "tests/test_sliding_window.py tests/test_cache.py" ;;
     tree) echo "tests/test_trie.py tests/test_sliding_window.py::test_step_mask_equals_the_reference" ;;
     kernels) echo "tests/test_trie.py tests/test_pool.py" ;;
-    decode) echo "tests/test_compression_floors.py tests/test_window_reference.py tests/test_sliding_window.py::test_steps_longer_than_the_window_equal_greedy tests/test_stopping_combined.py::test_user_criterion_sees_each_token_and_its_scores tests/test_stopping_combined.py::test_eos_list_fires_before_stop_string_and_user_criterion tests/test_exact.py::test_repetitive_prompts_accept_several_tokens_per_forward tests/test_exact.py::test_left_padding tests/test_exact.py::test_long_generation_slides_past_the_window tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_user_stopping_criteria_stop_mid_block tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_controller.py::test_random_prompt_backs_off_and_stays_exact" ;;
-    api) echo "tests/test_stopping_combined.py tests/test_errors.py tests/test_generate_compat.py::test_user_logits_processor tests/test_generate_compat.py::test_stop_strings_with_tokenizer tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_generation_config_object_and_model_defaults tests/test_generate_compat.py::test_custom_generate_entry_point tests/test_generate_compat.py::test_custom_generate_with_stop_string_criterion tests/test_generate_compat.py::test_stop_strings_from_a_generation_config tests/test_generate_compat.py::test_stop_strings_without_tokenizer_is_a_clear_error tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_pool_shape_must_match_the_config tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_sampling.py::test_same_seed_same_output_whatever_the_shape tests/test_sampling.py::test_sampling_options_run_with_stats" ;;
+    decode) echo "tests/test_decode_parts.py tests/test_compression_floors.py tests/test_window_reference.py tests/test_sliding_window.py::test_steps_longer_than_the_window_equal_greedy tests/test_stopping_combined.py::test_user_criterion_sees_each_token_and_its_scores tests/test_stopping_combined.py::test_eos_list_fires_before_stop_string_and_user_criterion tests/test_exact.py::test_repetitive_prompts_accept_several_tokens_per_forward tests/test_exact.py::test_left_padding tests/test_exact.py::test_long_generation_slides_past_the_window tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_user_stopping_criteria_stop_mid_block tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_controller.py::test_random_prompt_backs_off_and_stays_exact" ;;
+    api) echo "tests/test_stopping_combined.py tests/test_errors.py tests/test_decode_parts.py::test_output_carries_scores_and_logits_only_when_asked tests/test_generate_compat.py::test_user_logits_processor tests/test_generate_compat.py::test_stop_strings_with_tokenizer tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_generation_config_object_and_model_defaults tests/test_generate_compat.py::test_custom_generate_entry_point tests/test_generate_compat.py::test_custom_generate_with_stop_string_criterion tests/test_generate_compat.py::test_stop_strings_from_a_generation_config tests/test_generate_compat.py::test_stop_strings_without_tokenizer_is_a_clear_error tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_pool_shape_must_match_the_config tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_sampling.py::test_same_seed_same_output_whatever_the_shape tests/test_sampling.py::test_sampling_options_run_with_stats" ;;
     *) echo "unknown module: $1 (one of: ${ALL[*]})" >&2; return 1 ;;
   esac
 }
@@ -101,10 +107,37 @@ PY
     sed -i -E '/^@njit/d' "$dir/lookahead/kernels.py"
   fi
   configure "$module" "$dir"
-  echo "== $module: mutating lookahead/$module.py against: $(tests_for "$module")"
+  selection="$(tests_for "$module")"
+  meta="$dir/mutants/lookahead/$module.py.meta"
+  kept=""
+  if [ "${MUTATION_KEEP_KILLS:-1}" = 1 ] && [ -f "$meta" ] && [ -f "$dir/.selection" ] \
+     && [ "$(cat "$dir/.selection")" != "$selection" ]; then
+    kept="$dir/.verdicts-before.json"
+    cp "$meta" "$kept"
+  fi
+  echo "== $module: mutating lookahead/$module.py against: $selection"
   (
     cd "$dir"
     export HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_DISABLE_JIT=1
+    if [ -n "$kept" ]; then
+      echo "   the test selection changed: keeping the kills of unchanged functions"
+      first="$(python -c 'import json,sys; m=json.load(open(sys.argv[1])); print(next(k for k,v in m["exit_code_by_key"].items() if v in (1,3)))' "$kept")"
+      mutmut run --max-children 1 "$first" >/dev/null 2>&1 || true   # resets, maps the new tests
+      python - "$kept" "mutants/lookahead/$module.py.meta" <<'PY'
+import json, sys
+old, new = (json.load(open(p)) for p in sys.argv[1:])
+fn = lambda key: key.rsplit("__mutmut_", 1)[0]
+killed = {1, 3, -24, 24, 36, 152, 255, -11, -9}
+n = 0
+for key, code in old["exit_code_by_key"].items():
+    same = old["hash_by_function_name"].get(fn(key)) == new["hash_by_function_name"].get(fn(key))
+    if code in killed and same and key in new["exit_code_by_key"] and new["exit_code_by_key"][key] is None:
+        new["exit_code_by_key"][key] = code
+        n += 1
+json.dump(new, open(sys.argv[2], "w"))
+print(f"   kept {n} verdicts (killed or timeout, function unchanged)")
+PY
+    fi
     args=(run --max-children "$CHILDREN")
     if [ -n "${MUTANTS:-}" ]; then read -ra names <<< "$MUTANTS"; args+=("${names[@]}"); fi
     run=(mutmut "${args[@]}")
@@ -114,4 +147,5 @@ PY
     [ "${PIPESTATUS[0]}" = 0 ] || echo "(mutmut stopped early; rerun to go on)"
     report "$module"
   )
+  echo "$selection" > "$dir/.selection"
 done
