@@ -86,8 +86,9 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         lookahead_pool: an ``NgramPool(ngram, guesses)`` to use and keep filling, so that
             what one request taught helps the next (the default is a fresh pool per call).
         lookahead_costs: a ``CostCurve``: what a forward over k tokens costs relative to one,
-            which the adaptive controller weighs guesses against. Default: measured once per
-            model, dtype, device and thread count (about a second) and kept in
+            which the adaptive controller weighs guesses against (for a batch of B rows: a
+            forward over ``[B, k]`` against one over ``[B, 1]``). Default: measured once per
+            model, dtype, device, thread count and batch size (about a second) and kept in
             ``~/.cache/lookahead/costs.json``; under ``torch.distributed`` rank 0's curve.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             so ``torch.manual_seed`` makes runs repeat).
@@ -190,7 +191,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         rule = SamplingRule(logits_processor, lookahead_generator)
     else:
         rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
-    costs = _costs(model, config, lookahead_costs)
+    costs = _costs(model, config, lookahead_costs, input_ids.shape[0])
     if input_ids.shape[0] > 1:
         sequences, scores, logits = batch_decode(
             model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
@@ -238,11 +239,11 @@ def _pad_token(generation_config) -> int | None:
     return pad
 
 
-def _costs(model, config: LookaheadConfig, given: CostCurve | None) -> CostCurve | None:
-    """The curve the adaptive controller needs (none when it is off)."""
+def _costs(model, config: LookaheadConfig, given: CostCurve | None, rows: int) -> CostCurve | None:
+    """The curve the adaptive controller needs (none when it is off), for batches of ``rows``."""
     if given is not None or not config.adaptive or config.method != "lookahead":
         return given
-    return cost_curve(model)
+    return cost_curve(model, rows=rows)
 
 
 def _drop_generate_only(model_kwargs: dict) -> None:

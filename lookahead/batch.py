@@ -36,7 +36,7 @@ from lookahead.cache import commit_rows, gather_rows
 from lookahead.config import LookaheadConfig
 from lookahead.controller import FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Decoder, Layout, Sequence, attention_groups
+from lookahead.decode import ROOT_ONLY, Decoder, Layout, Sequence, attention_groups
 from lookahead.mask import batch_masks, stack_steps
 from lookahead.pool import NgramPool
 from lookahead.recycle import SuccessorTable
@@ -109,8 +109,10 @@ class Row:
             pads = np.full((1, PAD_RUN), self.planner.rule.pad, dtype=np.int64)
             tree = GuessTree.build(_NO_CHAIN, 1, pads)
             return Layout(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
+        if shape == PLAIN:
+            return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
         window = self.planner.window if shape == FULL else None
-        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=shape != PLAIN)
+        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=True)
         cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
         return Layout(tree, None, None, None, cands, origins, window is not None), tokens
 
@@ -132,7 +134,8 @@ class BatchDecoder:
         self.pool = pool
         if pool is None and config.uses_pool:
             self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
-        self.controller = ShapeController(costs, adaptive=config.adaptive and config.method == "lookahead")
+        self.costs = costs
+        self.adaptive = config.adaptive and config.method == "lookahead"
         self.pad, self.pad_after_stop = pad, pad_after_stop
         self.keep_scores, self.keep_logits = keep_scores, keep_logits
         self.cache = DynamicCache()  # full-length layers: see the module docstring
@@ -183,6 +186,8 @@ class BatchDecoder:
             self.rows.append(row)
             self._check_stop(row)
         self.live = list(self.rows)
+        # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
+        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows)
         self._retire()
 
     @property
@@ -192,7 +197,6 @@ class BatchDecoder:
     def step(self) -> None:
         """One forward for every live row: propose, verify, append, commit."""
         live = self.live
-        self.controller.rows = len(live)
         shape = self.controller.choose()
         plans = [row.plan(shape, forced=self._forced(row)) for row in live]
         width = max(len(tokens) for _, tokens in plans)
@@ -202,7 +206,8 @@ class BatchDecoder:
         mask = batch_masks(offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups,
                            self.model.dtype)
         logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=self.position[:, None] + offsets)
-        accepted = [self._accept(row, layout, len(tokens), ids[i], logits[i], shape)
+        top = self._recycle(ids, logits)
+        accepted = [self._accept(i, row, layout, len(tokens), logits[i], shape, top)
                     for i, (row, (layout, tokens)) in enumerate(zip(live, plans))]
         self.controller.record(shape, sum(len(k) for k in accepted) / len(live), float(width))
         self._commit(accepted)
@@ -218,13 +223,21 @@ class BatchDecoder:
             allowed.append(step_mask.allowed(layout.tree))
         return stack_steps(offsets, allowed, width)
 
-    def _accept(self, row: Row, layout: Layout, fed: int, ids: torch.Tensor, logits: torch.Tensor,
-                shape: str) -> list[int]:
-        """Walk one row's tree; learn from what it fed and accepted; return its kept nodes."""
+    def _recycle(self, ids: torch.Tensor, logits: torch.Tensor):
+        """``(ids, top-k next tokens)`` of every fed token as numpy arrays, taken once for the
+        step (the rows share one successor table), or None without one."""
+        table = self.live[0].planner.successors
+        if table is None:
+            return None
+        return ids.cpu().numpy(), logits.topk(table.k, dim=-1).indices.cpu().numpy()
+
+    def _accept(self, i: int, row: Row, layout: Layout, fed: int, logits: torch.Tensor, shape: str,
+                top) -> list[int]:
+        """Walk row ``i``'s tree; learn from what it fed and accepted; return its kept nodes."""
         planner, seq = row.planner, row.seq
         root = seq.tokens[-1]
-        if planner.successors is not None:
-            planner.successors.update(ids[:fed], logits[:fed])
+        if top is not None:
+            planner.successors.record(top[0][i, :fed], top[1][i, :fed])
         keep = planner.accept(seq, layout.tree, logits[:fed])
         if isinstance(planner.rule, ForcedPad):
             return keep

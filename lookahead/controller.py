@@ -54,14 +54,16 @@ class ShapeController:
             of that for the lean shape, twice that for the full one).
         alpha: weight of the newest step in the moving averages.
         max_backoff: the most a losing shape's wait grows, as a multiple of its base wait.
+        rows: rows decoded together (a batch): the decoder's work per step grows with them.
     """
 
     def __init__(self, costs: CostCurve | None = None, adaptive: bool = True, explore_every: int = 12,
-                 alpha: float = 0.25, max_backoff: int = 8):
+                 alpha: float = 0.25, max_backoff: int = 8, rows: int = 1):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
         self.alpha = alpha
-        self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S)
+        # each row of a batch plans and walks its own guesses
+        self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S * rows)
         # a step with guesses is assumed to yield two tokens until measured otherwise, so a
         # cold pool's first misses do not send decoding to the plain shape
         self._tokens = {shape: _Average(2.0, 1.0) for shape in (FULL, LEAN)}
@@ -73,23 +75,19 @@ class ShapeController:
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(SHAPES, 0)
-        self.rows = 1  # rows decoded together (a batch decoder updates it as rows finish)
 
     def rate(self, shape: str) -> float:
-        """Expected tokens per one-token-forward of cost (plain decoding of one row: 1).
+        """Expected tokens per one-token-forward of cost (plain decoding: 1).
 
-        With ``rows`` > 1 (a batch) the averages are per row and a step feeds every row
-        together: ``rows`` rows of ``fed`` tokens cost ``cost(rows * fed)``, and plain
-        decoding yields ``rows`` tokens for ``cost(rows)``, so the wider the batch the less
-        free the guesses.
+        In a batch every quantity is per row and the curve is the batch's own (a forward
+        over ``[rows, k]`` against one over ``[rows, 1]``), so the same comparison holds.
         """
-        rows = self.rows
         if shape == PLAIN:
-            return rows / self.costs(rows)
+            return 1.0
         fed = self._fed[shape].mean()
         if fed <= 0:
             return 0.0
-        return rows * self._tokens[shape].mean() / (self.costs(rows * fed) + rows * self.overhead)
+        return self._tokens[shape].mean() / (self.costs(fed) + self.overhead)
 
     def best(self) -> str:
         return max(SHAPES, key=self.rate)

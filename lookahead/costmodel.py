@@ -103,8 +103,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "lookahead"
 
 
-def curve_key(model) -> str:
-    """What the curve depends on: the architecture's shape, dtype, device, threads, torch."""
+def curve_key(model, rows: int = 1) -> str:
+    """What the curve depends on: the architecture's shape, dtype, device, threads, torch,
+    and the batch size ``rows``."""
     config = model.config.to_dict()
     shape = {k: config.get(k) for k in sorted(config) if isinstance(config.get(k), (int, float, str, bool))
              and k not in ("transformers_version", "_name_or_path", "torch_dtype", "dtype")}
@@ -115,25 +116,29 @@ def curve_key(model) -> str:
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were
         facts.append(f"sharded over {ranks} ranks")
+    if rows > 1:
+        facts.append(f"batches of {rows}")
     return hashlib.sha1("|".join(facts).encode()).hexdigest()[:20]
 
 
 @torch.no_grad()
-def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS) -> CostCurve:
+def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS, rows: int = 1) -> CostCurve:
     """Time forwards of each query length after a ``context``-token cache; the fastest of
-    ``repeats`` runs counts (the least disturbed by other work on the machine)."""
+    ``repeats`` runs counts (the least disturbed by other work on the machine). With ``rows``
+    > 1 every forward runs that many rows: a batch's curve (its unit is a ``[rows, 1]``
+    forward, which costs far less than ``rows`` one-token forwards)."""
     from transformers.cache_utils import DynamicCache
 
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
-    ids = torch.arange(context + max(sizes), device=device) % vocab
+    ids = (torch.arange(context + max(sizes), device=device) % vocab).expand(rows, -1)
     prefilled = DynamicCache(config=model.config)
-    model(input_ids=ids[None, :context], cache=prefilled, use_cache=True)
+    model(input_ids=ids[:, :context], cache=prefilled, use_cache=True)
     seconds = []
     for k in sizes:
         best = float("inf")
-        query = ids[None, context: context + k]
-        positions = torch.arange(context, context + k, device=device)[None]
+        query = ids[:, context: context + k]
+        positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
         for _ in range(repeats + 1):  # the first run of a size warms its kernels up
             cache = copy.deepcopy(prefilled)  # sliding layers cannot be cropped back
             _sync(device)
@@ -173,27 +178,28 @@ def _save(path: Path, key: str, curve: CostCurve) -> None:
         pass
 
 
-def cost_curve(model, cache_dir: Path | str | None = None) -> CostCurve:
-    """The model's curve: from this process' memory, else the cache file, else measured now.
+def cost_curve(model, cache_dir: Path | str | None = None, rows: int = 1) -> CostCurve:
+    """The model's curve for batches of ``rows``: from this process' memory, else the cache
+    file, else measured now.
 
     For a model sharded over ranks (see :func:`lookahead.distributed.is_sharded`) this is a
     collective call: every rank of its group must make it, and all get the first rank's curve.
     """
-    key = curve_key(model)
+    key = curve_key(model, rows)
     path = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "costs.json"
     memo = f"{path}:{key}"
     if distributed.is_sharded(model):
-        return _agreed_curve(model, path, memo, key)
+        return _agreed_curve(model, path, memo, key, rows)
     if memo not in _MEMO:
         curve = _load(path, key)
         if curve is None:
-            curve = calibrate(model)
+            curve = calibrate(model, rows=rows)
             _save(path, key, curve)
         _MEMO[memo] = curve
     return _MEMO[memo]
 
 
-def _agreed_curve(model, path: Path, memo: str, key: str) -> CostCurve:
+def _agreed_curve(model, path: Path, memo: str, key: str, rows: int = 1) -> CostCurve:
     """The curve of the first rank of the model's forward group, on every rank of it.
 
     Only that rank's memory and file count, and it broadcasts on every call (even from
@@ -206,7 +212,7 @@ def _agreed_curve(model, path: Path, memo: str, key: str) -> CostCurve:
     box = [(_MEMO.get(memo) or _load(path, key)) if first else None]
     dist.broadcast_object_list(box, src=src, group=group)
     if box[0] is None:
-        measured = calibrate(model)  # every rank: the forwards' collectives must match
+        measured = calibrate(model, rows=rows)  # every rank: the forwards' collectives must match
         box = [measured if first else None]
         dist.broadcast_object_list(box, src=src, group=group)
         if first:

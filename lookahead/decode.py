@@ -23,7 +23,7 @@ from lookahead.verify import walk
 from lookahead.window import JacobiWindow
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
-_ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
+ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
 _ZERO_OFFSET = torch.zeros(1, dtype=torch.long)
 
 
@@ -210,7 +210,7 @@ class Decoder:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         if not guess and window is None and self._maskless_plain:
             ids = seq.ids[:, -1:]
-            return Layout(_ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
+            return Layout(ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
         tree, tokens, cands, origins = self.plan(seq, window, guess)
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
         step_mask = self.step_mask if window is not None else self.lean_mask

@@ -33,7 +33,11 @@ class SuccessorTable:
     def update(self, fed: torch.Tensor, logits: torch.Tensor) -> None:
         """Recycle one forward: ``fed`` long ``[q]`` tokens, ``logits`` ``[q, V]`` after them."""
         top = logits.topk(self.k, dim=-1).indices
-        kernels.successors_update(self._table, fed.cpu().numpy(), top.cpu().numpy())
+        self.record(fed.cpu().numpy(), top.cpu().numpy())
+
+    def record(self, fed: np.ndarray, top: np.ndarray) -> None:
+        """Keep ``top`` (int64 ``[q, >= k]``, best first) as the successors of ``fed`` ``[q]``."""
+        kernels.successors_update(self._table, fed, top)
 
     def guesses(self, root: int) -> np.ndarray:
         """int64 ``[r, length]`` rows following ``root`` (-1 pads); a view, valid until the

@@ -46,3 +46,24 @@ def test_generate_takes_a_given_curve_and_refuses_other_types():
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     with pytest.raises(TypeError, match="lookahead_costs"):
         lookahead.generate(model, ids, lookahead_costs={"sizes": [1, 2]}, **kwargs)
+
+
+def test_a_batch_has_its_own_curve(tmp_path, monkeypatch):
+    """Batches of B rows are priced by forwards over ``[B, k]``: their own key, measured
+    with B rows, cached beside the single-row curve."""
+    model = tiny_model("llama", "sdpa")
+    assert costmodel.curve_key(model, 4) != costmodel.curve_key(model)
+    shapes = []
+    real = costmodel.calibrate
+
+    def spy(model, rows=1, **kwargs):
+        shapes.append(rows)
+        return real(model, sizes=(1, 2, 4), repeats=1, rows=rows)
+
+    monkeypatch.setattr(costmodel, "calibrate", spy)
+    single, batch = cost_curve(model, tmp_path), cost_curve(model, tmp_path, rows=4)
+    assert shapes == [1, 4]
+    assert cost_curve(model, tmp_path, rows=4) is batch and shapes == [1, 4]
+    stored = json.loads((tmp_path / "costs.json").read_text())
+    assert set(stored) == {costmodel.curve_key(model), costmodel.curve_key(model, 4)}
+    assert single.sizes == batch.sizes == (1, 2, 4)

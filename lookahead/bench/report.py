@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from lookahead.bench.runner import Record
+from lookahead.bench.runner import TIE_MARGIN, Record
 
 SCHEMA_VERSION = 1
 # The stable keys other tools read; docs/bench.md documents them. Extra keys may follow them.
@@ -77,6 +77,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
     known = [r for r in rows if r.steps is not None and r.accepted_steps is not None]
     steps = sum(r.steps for r in known)
     mismatched = [r for r in records if r.label == label and r.first_mismatch is not None]
+    ties = [r for r in mismatched if r.tie_margin is not None and r.tie_margin < TIE_MARGIN]
     return {
         "new_tokens": new,
         "forwards": forwards,
@@ -88,6 +89,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "acceptance_rate": _ratio(sum(r.accepted_steps for r in known), steps) if known and steps else None,
         "overhead_share": max(1.0 - forward_s / wall, 0.0) if wall else None,
         "mismatches": len(mismatched) if exactness else None,
+        "ties": len(ties) if exactness else None,  # of the mismatches, rounding ties
         # extra keys (documented, not part of the stable set)
         "prompts": len(rows),
         "forward_s": forward_s,
@@ -108,6 +110,7 @@ def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
         "wall_s": result.wall_s,
         "first_mismatch": record.first_mismatch,
         # extra keys
+        "tie_margin": record.tie_margin,
         "prompt_tokens": record.prompt_tokens,
         "tokens_per_forward": _ratio(result.new_tokens, result.forwards),
         "speedup": _ratio(base, result.wall_s) if base is not None else None,
@@ -161,8 +164,12 @@ def _cell(label: str, summary: dict, key: str, spec: str, n_prompts: int) -> str
     if key == "method":
         return label
     if key == "mismatches":
-        m = summary["mismatches"]
-        return "n/a" if m is None else ("yes" if m == 0 else f"NO {m}/{n_prompts}")
+        m, ties = summary["mismatches"], summary.get("ties") or 0
+        if m is None:
+            return "n/a"
+        if m == 0:
+            return "yes"
+        return f"tie {m}/{n_prompts}" if ties == m else f"NO {m}/{n_prompts}"
     return _fmt(summary[key], spec)
 
 
@@ -219,7 +226,20 @@ def mismatch_lines(doc: dict) -> list[str]:
     for label, s in doc["methods"].items():
         if s["mismatches"]:
             firsts = [p for p in doc["prompts"] if p["method"] == label and p["first_mismatch"] is not None]
-            where = ", ".join(f"{p['id']}@{p['first_mismatch']}" for p in firsts[:5])
+            where = ", ".join(f"{p['id']}@{p['first_mismatch']}{_gap(p)}" for p in firsts[:5])
             more = f" (+{len(firsts) - 5} more)" if len(firsts) > 5 else ""
             lines.append(f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}")
+            if s.get("ties") == s["mismatches"]:
+                lines.append(f"  every one at a rounding tie: greedy's two best logits there were less than "
+                             f"{TIE_MARGIN:g} apart, which any change of forward shapes may break")
     return lines
+
+
+def only_ties(doc: dict) -> bool:
+    """Whether every mismatch in the document is a rounding tie."""
+    return all(s.get("ties") == s["mismatches"] for s in doc["methods"].values() if s["mismatches"])
+
+
+def _gap(prompt: dict) -> str:
+    margin = prompt.get("tie_margin")
+    return "" if margin is None else f" (logit gap {margin:.1e})"

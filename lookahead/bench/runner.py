@@ -36,6 +36,9 @@ class Record:
     prompt_tokens: int
     result: methods.RunResult
     first_mismatch: int | None = None
+    # the baseline's gap between its two best logits where this record first differs: a gap
+    # of a few float rounding steps is a tie that any change of shapes may break
+    tie_margin: float | None = None
 
 
 def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str],
@@ -96,6 +99,7 @@ def run(
             row = [Record(prompt_id, label, input_ids.shape[1], _median_run(rs)) for label, rs in runs.items()]
             if check_exact and baseline is not None:
                 _mark_mismatches(row, baseline, bar)
+                _measure_ties(model, row, baseline, input_ids, mask)
             records.extend(row)
     return [r for r in records if r.label not in skipped], skipped
 
@@ -164,3 +168,25 @@ def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:
                 f"!! MISMATCH: {record.label} differs from {baseline} on {record.prompt_id} "
                 f"at new token {record.first_mismatch}"
             )
+
+
+TIE_MARGIN = 1e-4  # logits closer than this are a rounding tie (fp32 steps are ~1e-6 here)
+
+
+@torch.inference_mode()
+def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tensor, mask) -> None:
+    """Set ``tie_margin`` of each mismatched record: the baseline's top-2 logit gap at the
+    first differing token, from one forward of that row's prompt and baseline tokens."""
+    reference = next((r for r in row if r.label == baseline), None)
+    for record in row:
+        if record is reference or reference is None or record.first_mismatch is None:
+            continue
+        per_row = len(reference.result.tokens) // input_ids.shape[0]
+        r, t = divmod(record.first_mismatch, per_row)
+        if r >= input_ids.shape[0]:
+            continue
+        prompt = input_ids[r][mask[r].bool()] if mask is not None else input_ids[r]
+        done = reference.result.tokens[r * per_row: r * per_row + t]
+        ids = torch.cat([prompt, prompt.new_tensor(done)])[None]
+        top = model(input_ids=ids).logits[0, -1].float().topk(2).values
+        record.tie_margin = float(top[0] - top[1])
