@@ -124,3 +124,30 @@ def test_parse_grid_and_best():
         sweep.parse_grid("a", (9,), "window")
     cells = [{"speedup": 2.0, "mismatches": 1}, {"speedup": 1.5, "mismatches": 0}, {"speedup": None, "mismatches": 0}]
     assert sweep.best(cells)["speedup"] == 1.5
+
+
+def test_rounding_ties_are_told_apart_from_mismatches():
+    """A mismatch where greedy's two best logits were a rounding step apart is a tie; one
+    real mismatch among ties keeps the run a mismatch."""
+    records = [_record("a", "greedy", 10, 10, 1.0), _record("a", "fast", 10, 4, 0.5, mismatch=3),
+               _record("b", "greedy", 10, 10, 1.0), _record("b", "fast", 10, 4, 0.5)]
+    records[1].tie_margin = 2e-6
+    doc = report.document({"dtype": "float32"}, records, ["greedy", "fast"], "greedy", exactness=True)
+    assert doc["methods"]["fast"]["ties"] == 1 and report.only_ties(doc)
+    assert "tie 1/2" in report.table(doc)
+    assert "rounding tie" in report.mismatch_lines(doc)[1] and "logit gap 2.0e-06" in report.mismatch_lines(doc)[0]
+    records[3].first_mismatch, records[3].tie_margin = 5, 0.5
+    doc = report.document({"dtype": "float32"}, records, ["greedy", "fast"], "greedy", exactness=True)
+    assert not report.only_ties(doc) and "NO 2/2" in report.table(doc)
+
+
+def test_batches_are_left_padded_groups():
+    from lookahead.bench.prompts import Prompt
+    from lookahead.bench.runner import batches
+
+    prompts = [Prompt(f"p{i}", "x") for i in range(5)]
+    groups = batches(prompts, [[5, 6, 7], [8], [9, 10], [11, 12, 13, 14], [15]], 2, 0, "cpu")
+    assert [g[0] for g in groups] == ["p0+1", "p2+1", "p4"]
+    ids, mask = groups[0][1], groups[0][2]
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert groups[2][1].tolist() == [[15]] and groups[2][2] is None

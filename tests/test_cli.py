@@ -180,7 +180,23 @@ def test_usage_errors(tiny_model_dir, prompt_file, capsys):
     assert cli.main(bench(tiny_model_dir, prompt_file, "--methods", "nope")) == cli.EXIT_USAGE
     assert cli.main(bench(tiny_model_dir, "no-such-set")) == cli.EXIT_USAGE
     assert cli.main(bench("/no/such/model", prompt_file)) == cli.EXIT_USAGE
+    assert cli.main(bench(tiny_model_dir, prompt_file, "--batch-size", "0")) == cli.EXIT_USAGE
     assert "error" in capsys.readouterr().err
+
+
+def test_batched_bench_checks_every_row(tiny_model_dir, prompt_file, tmp_path):
+    """--batch-size 2: greedy and lookahead on the same left-padded batches, every row's
+    tokens compared; prompt lookup (one prompt at a time) is skipped with its reason."""
+    out = tmp_path / "b.json"
+    argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--batch-size", "2", "--limit", "3",
+                 "--json", str(out))  # fmt: skip
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["batch_size"] == 2 and [p["id"] for p in doc["prompts"]][::2] == ["p0+1", "p2"]
+    la = doc["methods"]["lookahead"]
+    assert la["mismatches"] == 0 and la["new_tokens"] == 3 * 12
+    argv = bench(tiny_model_dir, prompt_file, "--methods", "prompt-lookup", "--batch-size", "2", "--limit", "2")
+    assert cli.main(argv) == cli.EXIT_USAGE  # asked for and skipped
 
 
 @pytest.mark.skipif(not hasattr(lookahead, "generate"), reason="engine not built yet")
