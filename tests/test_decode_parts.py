@@ -88,6 +88,21 @@ def test_default_criteria_are_answered_without_running_them(monkeypatch):
         assert seq.done == (n >= 12)
 
 
+def test_ignore_stops_goes_on_past_eos_and_length():
+    """A batch row that stopped goes on while the others do: after ``ignore_stops`` neither
+    EOS nor the length limit (nor any criterion) stops it."""
+    criteria = [MaxLengthCriteria(max_length=6), EosTokenCriteria(eos_token_id=[7])]
+    seq = sequence([5, 6], criteria)
+    seq.append(pick(7))
+    assert seq.done
+    seq.ignore_stops()
+    assert not seq.done
+    for token in (7, 3, 4, 7, 8):
+        seq.append(pick(token))
+        assert not seq.done
+    assert seq.ids.tolist() == [[5, 6, 7, 7, 3, 4, 7, 8]]
+
+
 def layout(chain, rows, origins, windowed=True) -> Layout:
     chain = np.asarray(chain, dtype=np.int64)
     cands = None
@@ -158,6 +173,16 @@ def fresh_model(family="llama", **changes):
         setattr(config, name, value)
     torch.manual_seed(0)
     return tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+def test_model_with_use_cache_off_in_its_config_equals_greedy():
+    """Checkpoints may ship ``use_cache=False`` (left from training); asked to use a cache,
+    the decoder's forwards still fill and read it. (Not asked, ``generate`` prepares no cache
+    and lookahead refuses: see docs/mutation.md.)"""
+    model = fresh_model(use_cache=False)
+    kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0, use_cache=True)
+    got = lookahead.generate(model, REPEAT, **kwargs)
+    assert got.tolist() == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
 
 
 def test_prefill_computes_the_last_row_of_logits_only():
