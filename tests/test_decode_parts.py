@@ -198,7 +198,14 @@ def test_model_without_logits_to_keep_equals_greedy():
     """A model that cannot keep only the last row returns logits for the whole prompt: the
     first token is picked from the last of them."""
     model = fresh_model()
-    model._supports_logits_to_keep = lambda: False
+    forward = model.forward
+
+    def forward_without_logits_to_keep(*args, **kwargs):
+        assert "logits_to_keep" not in kwargs, "a model without the argument would raise"
+        return forward(*args, **kwargs)
+
+    model.forward = forward_without_logits_to_keep  # transformers reads the signature: no support
+    assert not model._supports_logits_to_keep()
     kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0)
     got = lookahead.generate(model, REPEAT, **kwargs)
     assert got.tolist() == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
