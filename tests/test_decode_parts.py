@@ -17,7 +17,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 
 import lookahead
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Layout, Sequence, _common
+from lookahead.decode import Decoder, Layout, Sequence, _common
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
@@ -275,3 +275,61 @@ def test_copy_guess_follows_its_budget():
                 cuts += held < len(guess)
                 copied.append(len(guess))
     assert max(copied) == 16 and cuts > 0
+
+
+def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
+    """The window's level 0 follows the step's root: its n-grams are filed with the root as
+    the token before column 0 (two-token pool keys), the root being what the step fed first."""
+    model = tiny_model("phi", "sdpa")
+    roots, fed = [], []
+    advance = Decoder._advance_window
+
+    def spy(self, logits, accepted, root):
+        roots.append(root)
+        return advance(self, logits, accepted, root)
+
+    monkeypatch.setattr(Decoder, "_advance_window", spy)
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append(int(kwargs["input_ids"][0, 0])), with_kwargs=True)
+    try:
+        config = lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False)
+        lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None,
+                           pad_token_id=0)
+    finally:
+        handle.remove()
+    assert len(roots) == len(fed) - 1 > 3  # every step after the prefill is windowed
+    assert roots == fed[1:]
+
+
+def test_recycled_guesses_are_ngram_minus_one_long():
+    """Each recycled guess (LookaheadConfig.successors) is ``ngram - 1`` tokens: the deepest
+    node a step feeds sits ``ngram - 1`` positions after its root."""
+    model = tiny_model("llama", "sdpa")
+    depths = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: depths.append(int(kwargs["position_ids"][0, -1] - kwargs["position_ids"][0, 0])),
+        with_kwargs=True)
+    try:
+        for ngram in (3, 5):
+            depths.clear()
+            config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, prompt_ngrams=False,
+                                               adaptive=False, successors=2, ngram=ngram)
+            lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None,
+                               pad_token_id=0)
+            assert max(depths[1:]) == ngram - 1
+    finally:
+        handle.remove()
+
+
+def test_batch_with_recycled_guesses_equals_greedy():
+    """A batch shares one successor table between its rows (``Decoder.seed``); with no other
+    source on, recycled guesses are what it accepts beyond one token a step."""
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9, 5, 6], [4, 8, 15, 4, 8, 15, 4, 8, 15]])
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, attention_mask=(ids != 0).long())
+    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False,
+                                       successors=2)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert stats.source_tokens.get("successors", 0) > 0
