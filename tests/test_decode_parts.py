@@ -226,6 +226,8 @@ def test_plain_steps_equal_greedy(family, padded):
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CostCurve.linear(1.0), **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    # plain steps are lean steps too (no window); the first steps always try the window
+    assert stats.steps // 2 < stats.plain_steps <= stats.lean_steps < stats.steps
     assert stats.plain_steps > stats.steps // 2
 
 
@@ -333,3 +335,47 @@ def test_batch_with_recycled_guesses_equals_greedy():
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert stats.source_tokens.get("successors", 0) > 0
+
+
+def fed_per_forward(model, run):
+    """``run()``'s forwards as (tokens fed, root position) pairs, in order."""
+    fed = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append((kwargs["input_ids"].shape[1], int(kwargs["position_ids"][0, 0]))),
+        with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return fed
+
+
+def test_stats_count_what_the_forwards_did():
+    """Every count in LookaheadStats against what the model was fed: forwards, steps, the
+    accepted-length histogram (from the positions each step starts at), guess tokens, and,
+    with the pool as the only source, one lookup per step and a hit exactly when the step
+    fed guesses."""
+    model = tiny_model("gpt2", "sdpa")
+    config = lookahead.LookaheadConfig(window=0, guesses=4, ngram=4, copy_length=0, successors=0,
+                                       prompt_ngrams=True, adaptive=False)
+    ids = torch.tensor([[4, 8, 15] * 5])
+    stats = lookahead.LookaheadStats()
+    out = []
+    fed = fed_per_forward(model, lambda: out.append(lookahead.generate(
+        model, ids, lookahead_config=config, lookahead_stats=stats, max_new_tokens=40, eos_token_id=None,
+        pad_token_id=0)))
+    steps = fed[1:]
+    assert stats.forwards == stats.row_forwards == len(fed) and stats.steps == len(steps)
+    assert stats.new_tokens == out[0].shape[1] - ids.shape[1] == 40
+    starts = [root for _, root in steps] + [ids.shape[1] + 40 - 1]
+    accepted = [b - a for a, b in zip(starts, starts[1:])]
+    histogram = [0] * (max(accepted) + 1)
+    for k in accepted:
+        histogram[k] += 1
+    assert stats.accepted == histogram
+    assert stats.guess_tokens == sum(n - 1 for n, _ in steps)
+    assert stats.pool_lookups == len(steps)
+    assert stats.pool_hits == sum(n > 1 for n, _ in steps) > 0
+    assert (stats.lean_steps, stats.plain_steps) == (0, 0)  # adaptive=False: the full shape always
+    assert stats.source_tokens == {"pool": sum(accepted) - len(steps)}
+    assert 0 < stats.forward_s < stats.total_s
