@@ -161,6 +161,7 @@ class BatchDecoder:
         logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                               **keep_last)[:, -1]
         self.past_keep = attention_mask.bool()
+        self.real_prompt = attention_mask.long().sum(-1).tolist()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)
         cfg = self.config
@@ -310,10 +311,13 @@ class BatchDecoder:
 
     def outputs(self):
         """``(sequences [B, n + T], scores, logits)`` laid out as ``generate`` returns them:
-        T = the most new tokens any row had when it stopped; per-step tuples of ``[B, V]``."""
+        T = the most new tokens any row had when it stopped; per-step tuples of ``[B, V]``.
+        Each row's text (without padding, up to its stop) goes to the pool's history."""
         horizon = max(row.stop_at for row in self.rows)
         sequences = []
-        for row in self.rows:
+        for r, row in enumerate(self.rows):
+            if self.pool is not None:
+                self.pool.remember(row.seq.array()[row.prompt_len - self.real_prompt[r]: row.prompt_len + row.stop_at])
             ids = row.seq.ids[0, : row.prompt_len + horizon]
             if ids.shape[0] < row.prompt_len + horizon:
                 ids = torch.cat([ids, ids.new_full((row.prompt_len + horizon - ids.shape[0],), self.pad)])

@@ -261,7 +261,11 @@ class Decoder:
         parts = {}
         if cfg.uses_copy:
             out = self._copy_out[: self.copy_budget]
-            self._copied = out[: kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)]
+            if self.pool is not None and self.pool.history.shape[0]:
+                n = kernels.copy_guess_with_history(self.pool.history, seq.array(), cfg.copy_match, out.shape[0], out)
+            else:
+                n = kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)
+            self._copied = out[:n]
             parts["copy"] = self._copied[None]
         if self.pool is not None:
             before = seq.tokens[-2] if len(seq.tokens) > 1 else -1
@@ -368,4 +372,6 @@ def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:
         decoder.step(seq)
+    if decoder.pool is not None:  # the text, without left padding, for later requests
+        decoder.pool.remember(seq.array()[int(decoder.past_keep.long().argmax()):])
     return seq

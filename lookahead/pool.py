@@ -33,7 +33,8 @@ class NgramPool:
     whose probe neighbourhood is full evicts that neighbourhood's least recently used key).
     """
 
-    def __init__(self, ngram: int, guesses: int, capacity: int = 1 << 14, context_tokens: int = 1):
+    def __init__(self, ngram: int, guesses: int, capacity: int = 1 << 14, context_tokens: int = 1,
+                 history: int = 1 << 16):
         if ngram < 2:
             raise ValueError(f"ngram must be >= 2, got {ngram}")
         if context_tokens not in (1, 2):
@@ -48,6 +49,24 @@ class NgramPool:
         self._conts = np.zeros((capacity, guesses, ngram - 1), dtype=np.int32)
         self._clock = np.zeros(1, dtype=np.int64)
         self._out = np.zeros((guesses, ngram - 1), dtype=np.int64)
+        if isinstance(history, bool) or not isinstance(history, int) or history < 0:
+            raise ValueError(f"history must be an int >= 0 (tokens kept), got {history!r}")
+        self.history_capacity = history
+        self._history = np.zeros(0, dtype=np.int64)
+
+    @property
+    def history(self) -> np.ndarray:
+        """int64 ``[<= history]``: the newest texts :meth:`remember` was given, each followed
+        by -1; the copy guess of a later request also copies from them."""
+        return self._history
+
+    def remember(self, tokens: np.ndarray) -> None:
+        """Keep a finished text (prompt and output) for later requests' copy guesses; the
+        oldest tokens go once ``history`` tokens are held."""
+        if not self.history_capacity:
+            return
+        text = np.append(np.asarray(tokens, dtype=np.int64), -1)
+        self._history = np.concatenate([self._history, text])[-self.history_capacity:]
 
     @property
     def capacity(self) -> int:
@@ -95,7 +114,8 @@ class NgramPool:
     def save(self, path) -> None:
         """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""
         np.savez(path, keys=self._keys, stamps=self._stamps, counts=self._counts, conts=self._conts,
-                 clock=self._clock, shape=np.array([self.ngram, self.guesses, self.context_tokens]))
+                 clock=self._clock, shape=np.array([self.ngram, self.guesses, self.context_tokens]),
+                 history=self._history, history_capacity=np.array(self.history_capacity))
 
     @classmethod
     def load(cls, path) -> "NgramPool":
@@ -109,4 +129,7 @@ class NgramPool:
                     raise ValueError(f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
                                      f"expected {held.shape} {held.dtype}")
                 held[...] = data[name]
+            if "history" in data:  # files written before the history was kept have none
+                pool.history_capacity = int(data["history_capacity"])
+                pool._history = np.asarray(data["history"], dtype=np.int64)[-pool.history_capacity:]
         return pool
