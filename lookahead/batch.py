@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lookahead.cache import commit_rows, gather_rows
+from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
 from lookahead.controller import FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
@@ -217,6 +217,10 @@ class BatchDecoder:
         self._retire()
 
     def _shapes(self, live: list[Row], plans, width: int):
+        if width == 1:  # every row feeds its root alone (a plain step)
+            device = self.position.device
+            return (torch.zeros(len(live), 1, dtype=torch.long, device=device),
+                    torch.ones(len(live), 1, 1, dtype=torch.bool, device=device))
         offsets, allowed = [], []
         for row, (layout, _) in zip(live, plans):
             step_mask = row.planner.step_mask if layout.windowed else row.planner.lean_mask
@@ -252,10 +256,13 @@ class BatchDecoder:
         m = max(len(k) for k in accepted)
         past_len = self.past_keep.shape[1]
         device = self.position.device
-        index = torch.tensor([k + [0] * (m - len(k)) for k in accepted], device=device)
         counts = torch.tensor([len(k) for k in accepted], device=device)
         steps = torch.arange(m, device=device)
-        commit_rows(self.cache, past_len, index)
+        if any(k != list(range(m)) for k in accepted):  # else the entries already sit in place
+            index = torch.tensor([k + [0] * (m - len(k)) for k in accepted], device=device)
+            commit_rows(self.cache, past_len, index)
+        else:
+            trim_rows(self.cache, past_len + m)
         self.past_keep = torch.cat([self.past_keep, steps[None] < counts[:, None]], dim=1)
         self.past_pos = torch.cat([self.past_pos, self.position[:, None] + steps[None]], dim=1)
         self.position = self.position + counts

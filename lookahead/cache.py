@@ -86,6 +86,14 @@ def commit_rows(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
         layer.values = layer.values[:, :, : past_len + m]
 
 
+def trim_rows(cache: DynamicCache, length: int) -> None:
+    """Cut every layer to its first ``length`` entries (a batch step whose rows all kept
+    their first nodes: those sit where a commit would move them)."""
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, :length]
+        layer.values = layer.values[:, :, :length]
+
+
 def gather_rows(cache: DynamicCache, index: torch.Tensor) -> None:
     """Replace every layer's entries by ``entries[r, :, index[r]]`` (long ``[B, L']``)."""
     for layer in cache.layers:
