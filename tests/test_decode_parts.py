@@ -214,8 +214,8 @@ def test_model_without_logits_to_keep_equals_greedy():
 RANDOM = torch.tensor([[0, 0, 0, 7, 30, 12, 41, 3, 19, 25, 8, 44, 16]])  # three pads on the left
 
 
-@pytest.mark.parametrize("family,padded", [("llama", True), ("mistral", False), ("mistral", True),
-                                           ("qwen2", False)])
+@pytest.mark.parametrize("family,padded", [("llama", False), ("llama", True), ("mistral", False),
+                                           ("mistral", True), ("qwen2", False)])
 def test_plain_steps_equal_greedy(family, padded):
     """Plain steps (the controller backs off on random text when a forward costs in
     proportion to its tokens), 40 of them: over a left-padded prompt they still mask the
