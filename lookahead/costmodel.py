@@ -31,7 +31,7 @@ from lookahead import distributed
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXT = 64
-REPEATS = 5
+REPEATS = 7
 _MEMO: dict[str, "CostCurve"] = {}
 
 
@@ -123,8 +123,9 @@ def curve_key(model, rows: int = 1) -> str:
 
 @torch.no_grad()
 def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS, rows: int = 1) -> CostCurve:
-    """Time forwards of each query length after a ``context``-token cache; the fastest of
-    ``repeats`` runs counts (the least disturbed by other work on the machine). With ``rows``
+    """Time forwards of each query length after a ``context``-token cache, in ``repeats``
+    rounds over all lengths; each length's fastest run counts (the least disturbed by other
+    work on the machine). With ``rows``
     > 1 every forward runs that many rows: a batch's curve (its unit is a ``[rows, 1]``
     forward, which costs far less than ``rows`` one-token forwards)."""
     from transformers.cache_utils import DynamicCache
@@ -134,19 +135,21 @@ def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS
     ids = (torch.arange(context + max(sizes), device=device) % vocab).expand(rows, -1)
     prefilled = DynamicCache(config=model.config)
     model(input_ids=ids[:, :context], cache=prefilled, use_cache=True)
-    seconds = []
-    for k in sizes:
-        best = float("inf")
-        query = ids[:, context: context + k]
-        positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
-        for _ in range(repeats + 1):  # the first run of a size warms its kernels up
+    best = [float("inf")] * len(sizes)
+    # rounds over all sizes, the first a warm-up: a slow spell of the machine then hits every
+    # size alike instead of the few measured during it
+    for round_ in range(repeats + 1):
+        for i, k in enumerate(sizes):
+            query = ids[:, context: context + k]
+            positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
             cache = copy.deepcopy(prefilled)  # sliding layers cannot be cropped back
             _sync(device)
             started = time.perf_counter()
             model(input_ids=query, position_ids=positions, cache=cache, use_cache=True)
             _sync(device)
-            best = min(best, time.perf_counter() - started)
-        seconds.append(best)
+            if round_:
+                best[i] = min(best[i], time.perf_counter() - started)
+    seconds = best
     return CostCurve.from_times(sizes, seconds)
 
 
