@@ -138,6 +138,7 @@ json.dump(new, open(sys.argv[2], "w"))
 print(f"   kept {n} verdicts (killed or timeout, function unchanged)")
 PY
     fi
+    echo "$selection" > .selection   # mutmut has (or is about to have) the new selection
     args=(run --max-children "$CHILDREN")
     if [ -n "${MUTANTS:-}" ]; then read -ra names <<< "$MUTANTS"; args+=("${names[@]}"); fi
     run=(mutmut "${args[@]}")
@@ -147,5 +148,4 @@ PY
     [ "${PIPESTATUS[0]}" = 0 ] || echo "(mutmut stopped early; rerun to go on)"
     report "$module"
   )
-  echo "$selection" > "$dir/.selection"
 done
