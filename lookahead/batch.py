@@ -123,7 +123,8 @@ class BatchDecoder:
     Args:
         pad_after_stop: ``generate``'s rule for finished rows when its criteria include EOS:
             fill with ``pad``; otherwise finished rows go on generating.
-        keep_rows: scores or logits are reported, so finished rows keep computing them.
+        keep_scores, keep_logits: scores or logits are reported, so finished rows (filled
+            with ``pad``) keep feeding it to compute them, as ``generate``'s do.
     """
 
     def __init__(self, model, config: LookaheadConfig, rule, stats: LookaheadStats, stopping_criteria,
@@ -210,7 +211,9 @@ class BatchDecoder:
         top = self._recycle(ids, logits)
         accepted = [self._accept(i, row, layout, len(tokens), logits[i], shape, top)
                     for i, (row, (layout, tokens)) in enumerate(zip(live, plans))]
-        self.controller.record(shape, sum(len(k) for k in accepted) / len(live), float(width))
+        decoding = [len(k) for k, row in zip(accepted, live) if not self._forced(row)]
+        if decoding:  # rows that only feed pads to report scores tell nothing about guesses
+            self.controller.record(shape, sum(decoding) / len(decoding), float(width))
         self._commit(accepted)
         for row in live:
             self._check_stop(row)
