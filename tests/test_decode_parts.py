@@ -8,6 +8,8 @@ the other tests never build (one layer).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -379,3 +381,13 @@ def test_stats_count_what_the_forwards_did():
     assert (stats.lean_steps, stats.plain_steps) == (0, 0)  # adaptive=False: the full shape always
     assert stats.source_tokens == {"pool": sum(accepted) - len(steps)}
     assert 0 < stats.forward_s < stats.total_s
+
+
+def test_count_credits_the_guess_that_held_longest():
+    """A step that appended ``held + [free token]`` credits ``len(held)`` tokens to the
+    source whose guess matched the most of ``held`` (the whole of it, not its start)."""
+    stats = lookahead.LookaheadStats()
+    step = layout([10, 11, 12], [[10, 11, 13, 14]], ["pool"])
+    Decoder.count(SimpleNamespace(stats=stats), "full", step, 8, [10, 11, 13, 14, 30])
+    assert stats.source_tokens == {"pool": 4}
+    assert (stats.steps, stats.guess_tokens, stats.accepted) == (1, 7, [0, 0, 0, 0, 0, 1])
