@@ -34,7 +34,7 @@ from transformers.cache_utils import DynamicCache
 
 from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
-from lookahead.controller import FULL, PLAIN, ShapeController
+from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.decode import ROOT_ONLY, Decoder, Layout, Sequence, attention_groups
 from lookahead.mask import batch_masks, stack_steps
@@ -112,7 +112,7 @@ class Row:
         if shape == PLAIN:
             return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
         window = self.planner.window if shape == FULL else None
-        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=True)
+        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=True, copy_only=shape == COPY)
         cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
         return Layout(tree, None, None, None, cands, origins, window is not None), tokens
 
@@ -189,7 +189,8 @@ class BatchDecoder:
             self._check_stop(row)
         self.live = list(self.rows)
         # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
-        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows)
+        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows,
+                                          copy_shape=self.config.copy_shape)
         self._retire()
 
     @property

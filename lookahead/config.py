@@ -51,10 +51,10 @@ class LookaheadConfig:
             token it was fed are kept per token (a ``vocab x k`` table), and each step
             proposes k rows of ``ngram - 1`` tokens grown from the last token by following
             them. They cost no extra forward work to gather. 0 turns them off.
-        adaptive: choose each step between the full shape and a lean one (guesses only, no
-            window; plain decoding when there are none) by the tokens per second each has
-            measured on this model and machine, so decoding backs off where guesses stop
-            paying. Only for ``method="lookahead"``.
+        adaptive: choose each step between the full shape, a lean one (guesses only, no
+            window), the copy guess alone and plain decoding, by the tokens each has accepted
+            per unit of calibrated forward cost on this model and machine, so decoding backs
+            off where guesses stop paying. Only for ``method="lookahead"``.
         on_unsupported: what to do with a model whose attention cannot take the lookahead mask:
             ``"error"`` raises ``NotImplementedError``; ``"fallback"`` warns and runs plain
             ``model.generate``.
@@ -110,3 +110,9 @@ class LookaheadConfig:
     @property
     def uses_copy(self) -> bool:
         return self.method == "lookahead" and self.copy_length > 0
+
+    @property
+    def copy_shape(self) -> bool:
+        """Whether the adaptive controller also weighs steps that feed the copy guess alone
+        (only where other guess sources would share the step with it)."""
+        return self.uses_copy and (self.uses_pool or self.uses_successors)

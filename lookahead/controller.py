@@ -1,9 +1,12 @@
 """Backing off when guesses stop paying: each step's shape by expected tokens per unit cost.
 
-Three shapes compete:
+Up to four shapes compete:
 
 - ``full``: root + Jacobi window + guesses (the window keeps producing n-grams);
-- ``lean``: root + guesses from the pool and the copy lookup only;
+- ``lean``: root + every guess source but the window (copy, pool, recycled successors);
+- ``copy``: root + the copy guess alone (where the decoder has other sources too): on
+  hardware where each fed token costs, the one guess that holds most often may pay where a
+  tree of all of them does not;
 - ``plain``: the root alone, i.e. plain decoding (one token, the cheapest forward).
 
 Each guessing shape keeps moving averages of the tokens it accepted per step and of the
@@ -22,8 +25,8 @@ from __future__ import annotations
 
 from lookahead.costmodel import CostCurve
 
-FULL, LEAN, PLAIN = "full", "lean", "plain"
-SHAPES = (FULL, LEAN, PLAIN)
+FULL, LEAN, COPY, PLAIN = "full", "lean", "copy", "plain"
+SHAPES = (FULL, LEAN, PLAIN)  # the default set; COPY joins where it differs from LEAN
 # the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in
 # seconds; measured by benchmarks/overhead.py on this project's CPU
 GUESS_OVERHEAD_S = 4e-4
@@ -55,26 +58,35 @@ class ShapeController:
         alpha: weight of the newest step in the moving averages.
         max_backoff: the most a losing shape's wait grows, as a multiple of its base wait.
         rows: rows decoded together (a batch): the decoder's work per step grows with them.
+        copy_shape: also weigh the ``copy`` shape.
     """
 
     def __init__(self, costs: CostCurve | None = None, adaptive: bool = True, explore_every: int = 12,
-                 alpha: float = 0.25, max_backoff: int = 8, rows: int = 1):
+                 alpha: float = 0.25, max_backoff: int = 8, rows: int = 1, copy_shape: bool = False):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
         self.alpha = alpha
         # each row of a batch plans and walks its own guesses
         self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S * rows)
+        # tried first in this order; with the copy shape, cheapest first and once each
+        self.guessing = (COPY, LEAN, FULL) if copy_shape else (FULL, LEAN)
+        self._first_tries = 1 if copy_shape else 2
+        self.shapes = self.guessing + (PLAIN,)
         # a step with guesses is assumed to yield two tokens until measured otherwise, so a
         # cold pool's first misses do not send decoding to the plain shape
-        self._tokens = {shape: _Average(2.0, 1.0) for shape in (FULL, LEAN)}
-        self._fed = {shape: _Average() for shape in (FULL, LEAN)}
-        self._since = dict.fromkeys(SHAPES, 0)
-        # cheap tries come often: a lean step costs little more than a plain one and finds the
-        # moment guesses start to hold (text that begins to repeat); the window costs most
-        self._base = {LEAN: max(explore_every // 3, 1), FULL: 2 * explore_every}
+        self._tokens = {shape: _Average(2.0, 1.0) for shape in self.guessing}
+        self._fed = {shape: _Average() for shape in self.guessing}
+        self._since = dict.fromkeys(self.shapes, 0)
+        # cheap tries come often: a lean or copy step costs little more than a plain one and
+        # finds the moment guesses start to hold (text that begins to repeat); the window
+        # costs most
+        cheap = max(explore_every // 3, 1)
+        # with the copy shape on, the lean tree is the dearer guess: tried like the window
+        self._base = {LEAN: explore_every if copy_shape else cheap, COPY: cheap, FULL: 2 * explore_every}
+        self._base = {shape: self._base[shape] for shape in self.guessing}
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
-        self.counts = dict.fromkeys(SHAPES, 0)
+        self.counts = dict.fromkeys(self.shapes, 0)
 
     def rate(self, shape: str) -> float:
         """Expected tokens per one-token-forward of cost (plain decoding: 1).
@@ -90,21 +102,22 @@ class ShapeController:
         return self._tokens[shape].mean() / (self.costs(fed) + self.overhead)
 
     def best(self) -> str:
-        return max(SHAPES, key=self.rate)
+        return max(self.shapes, key=self.rate)
 
     def choose(self) -> str:
         if not self.adaptive:
             return FULL
-        for shape in (FULL, LEAN):
-            if self.counts[shape] < 2:
+        for shape in self.guessing:
+            if self.counts[shape] < self._first_tries:
                 return shape
         best = self.best()
-        stale = [shape for shape in (FULL, LEAN) if shape != best and self._since[shape] >= self._waits[shape]]
+        stale = [shape for shape in self.guessing if shape != best and self._since[shape] >= self._waits[shape]]
         return stale[0] if stale else best
 
     def record(self, shape: str, accepted: float, fed: float) -> None:
         """A step of ``shape`` fed ``fed`` tokens and appended ``accepted`` (per row)."""
-        explored = self.adaptive and self.counts[FULL] >= 2 and self.counts[LEAN] >= 2 and shape != self.best()
+        tried = all(self.counts[s] >= self._first_tries for s in self.guessing)
+        explored = self.adaptive and tried and shape != self.best()
         if shape != PLAIN:
             self._tokens[shape].add(float(accepted), self.alpha)
             self._fed[shape].add(float(fed), self.alpha)
@@ -112,5 +125,5 @@ class ShapeController:
                 lost = self.best() != shape
                 self._waits[shape] = min(2 * self._waits[shape], self._cap[shape]) if lost else self._base[shape]
         self.counts[shape] += 1
-        for other in SHAPES:
+        for other in self.shapes:
             self._since[other] = 0 if other == shape else self._since[other] + 1

@@ -11,7 +11,7 @@ import torch
 from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
-from lookahead.controller import FULL, PLAIN, ShapeController
+from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
@@ -131,7 +131,8 @@ class Decoder:
         self.copy_budget = min(config.copy_length, 4)
         self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
-        self.controller = ShapeController(costs, adaptive=config.adaptive and config.method == "lookahead")
+        self.controller = ShapeController(costs, adaptive=config.adaptive and config.method == "lookahead",
+                                          copy_shape=config.copy_shape)
         self.step_mask: StepMask | None = None  # root + window + guesses
         self.lean_mask: StepMask | None = None  # root + guesses
 
@@ -182,7 +183,7 @@ class Decoder:
         shape = self.controller.choose()
         window = self.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
-        step = self._layout(seq, window, past_len, guess=shape != PLAIN)
+        step = self._layout(seq, window, past_len, guess=shape != PLAIN, copy_only=shape == COPY)
         logits = self.forward(input_ids=step.ids, attention_mask=step.mask,
                               position_ids=(self.position + step.offsets)[None])
         if self.successors is not None:
@@ -206,24 +207,26 @@ class Decoder:
         self._learn_text(seq, accepted)
         self._size_copy(seq.tokens[-accepted:])
 
-    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool) -> "Layout":
+    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool,
+                copy_only: bool = False) -> "Layout":
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         if not guess and window is None and self._maskless_plain:
             ids = seq.ids[:, -1:]
             return Layout(ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
-        tree, tokens, cands, origins = self.plan(seq, window, guess)
+        tree, tokens, cands, origins = self.plan(seq, window, guess, copy_only)
         sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
         ids = torch.tensor([tokens], device=seq.ids.device)
         return Layout(tree, ids, offsets, mask, cands, origins, window is not None)
 
-    def plan(self, seq: Sequence, window: JacobiWindow | None, guess: bool):
+    def plan(self, seq: Sequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
-        guess rows merged into it (or None) and each row's source."""
+        guess rows merged into it (or None) and each row's source (``copy_only``: the copy
+        guess alone)."""
         chain = window.chain if window is not None else _NO_CHAIN
         head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
-        cands, origins = self._guesses(seq) if guess else (None, ())
+        cands, origins = self._guesses(seq, copy_only) if guess else (None, ())
         tree = GuessTree.build(chain, len(head), cands)
         return tree, head + tree.tokens.tolist(), cands, origins
 
@@ -239,6 +242,7 @@ class Decoder:
         stats.guess_tokens += fed - 1
         stats.lean_steps += int(not step.windowed)
         stats.plain_steps += int(shape == PLAIN)
+        stats.copy_steps += int(shape == COPY)
         stats.record_step(accepted)
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
@@ -254,9 +258,9 @@ class Decoder:
                 break
         return keep
 
-    def _guesses(self, seq: Sequence) -> tuple[np.ndarray | None, tuple[str, ...]]:
-        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then the
-        pool's, then the recycled successors'; and the source of each row."""
+    def _guesses(self, seq: Sequence, copy_only: bool = False) -> tuple[np.ndarray | None, tuple[str, ...]]:
+        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
+        ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
         cfg = self.config
         parts = {}
         if cfg.uses_copy:
@@ -267,12 +271,12 @@ class Decoder:
                 n = kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)
             self._copied = out[:n]
             parts["copy"] = self._copied[None]
-        if self.pool is not None:
+        if self.pool is not None and not copy_only:
             before = seq.tokens[-2] if len(seq.tokens) > 1 else -1
             parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], before)
             self.stats.pool_lookups += 1
             self.stats.pool_hits += int(pooled.shape[0] > 0)
-        if self.successors is not None:
+        if self.successors is not None and not copy_only:
             parts["successors"] = self.successors.guesses(seq.tokens[-1])
         parts = {name: rows for name, rows in parts.items() if rows.shape[0] and rows.shape[1]}
         origins = tuple(name for name, rows in parts.items() for _ in range(rows.shape[0]))

@@ -23,6 +23,7 @@ class LookaheadStats:
             (``window``, ``copy``, ``pool``, ``successors``; ties go to the first in that order).
         lean_steps: steps that ran without the window (lean or plain: the controller backed off).
         plain_steps: steps that ran the last token alone, as plain decoding.
+        copy_steps: steps that fed the copy guess alone (the controller's ``copy`` shape).
         forward_s: seconds spent inside the model's forward (prefill included).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.
         fallback: True when the call ran plain ``model.generate`` instead.
@@ -39,6 +40,7 @@ class LookaheadStats:
     source_tokens: dict = field(default_factory=dict)
     lean_steps: int = 0
     plain_steps: int = 0
+    copy_steps: int = 0
     forward_s: float = 0.0
     total_s: float = 0.0
     fallback: bool = False
@@ -80,6 +82,7 @@ class LookaheadStats:
             "source_tokens": dict(self.source_tokens),
             "lean_steps": self.lean_steps,
             "plain_steps": self.plain_steps,
+            "copy_steps": self.copy_steps,
             "forward_s": self.forward_s,
             "total_s": self.total_s,
             "overhead_share": self.overhead_share,

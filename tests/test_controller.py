@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import lookahead
-from lookahead.controller import FULL, LEAN, PLAIN, ShapeController
+from lookahead.controller import COPY, FULL, LEAN, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from tiny_models import tiny_model
 
@@ -85,3 +85,19 @@ def test_random_prompt_backs_off_and_stays_exact():
     got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CHEAP, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert 0 < stats.lean_steps < stats.steps
+
+
+def test_copy_shape_is_tried_first_and_wins_where_the_copy_alone_pays():
+    """With the copy shape on: one first try each, cheapest first; a copy guess that holds
+    for little fed beats a bigger tree that holds a bit more, and the tree is still re-tried."""
+    controller = ShapeController(CostCurve.linear(0.2), copy_shape=True)
+    shapes = run(controller, 120, {COPY: (3, 5), LEAN: (3.5, 12), FULL: (4, 25)})
+    assert shapes[:3] == [COPY, LEAN, FULL]
+    tail = shapes[40:]
+    assert tail.count(COPY) > 0.8 * len(tail) and LEAN in tail and PLAIN not in tail
+    assert controller.best() == COPY
+
+
+def test_without_the_copy_shape_it_never_runs():
+    controller = ShapeController(CostCurve.linear(0.2))
+    assert COPY not in run(controller, 60, {LEAN: (3, 5)})
