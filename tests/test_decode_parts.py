@@ -391,3 +391,19 @@ def test_count_credits_the_guess_that_held_longest():
     Decoder.count(SimpleNamespace(stats=stats), "full", step, 8, [10, 11, 13, 14, 30])
     assert stats.source_tokens == {"pool": 4}
     assert (stats.steps, stats.guess_tokens, stats.accepted) == (1, 7, [0, 0, 0, 0, 0, 1])
+
+
+def test_copy_guess_reads_a_kept_pool_s_history():
+    """With a pool kept across requests, the copy guess may copy from an earlier request's
+    text: the second request of the same prompt, copy only, equals greedy and copies more."""
+    model = tiny_model("llama", "sdpa")
+    config = lookahead.LookaheadConfig(window=0, guesses=1, ngram=2, copy_length=16, prompt_ngrams=False,
+                                       successors=0, adaptive=False)
+    pool = lookahead.NgramPool(2, 1, context_tokens=config.context_tokens)
+    kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None, lookahead_config=config)
+    first, second = lookahead.LookaheadStats(), lookahead.LookaheadStats()
+    lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=first, **kwargs)
+    got = lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=second, **kwargs)
+    assert got.tolist() == model.generate(REPEAT, do_sample=False, max_new_tokens=40, pad_token_id=0,
+                                          eos_token_id=None).tolist()
+    assert second.source_tokens.get("copy", 0) > first.source_tokens.get("copy", 0)
