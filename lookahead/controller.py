@@ -71,6 +71,8 @@ class ShapeController:
         # tried first in this order; with the copy shape, cheapest first and once each
         self.guessing = (COPY, LEAN, FULL) if copy_shape else (FULL, LEAN)
         self._first_tries = 1 if copy_shape else 2
+        # the window, dearest by far, waits for its first exploration when cheaper shapes compete
+        self._tried_first = (COPY, LEAN) if copy_shape else (FULL, LEAN)
         self.shapes = self.guessing + (PLAIN,)
         # a step with guesses is assumed to yield two tokens until measured otherwise, so a
         # cold pool's first misses do not send decoding to the plain shape
@@ -107,7 +109,7 @@ class ShapeController:
     def choose(self) -> str:
         if not self.adaptive:
             return FULL
-        for shape in self.guessing:
+        for shape in self._tried_first:
             if self.counts[shape] < self._first_tries:
                 return shape
         best = self.best()
@@ -116,7 +118,7 @@ class ShapeController:
 
     def record(self, shape: str, accepted: float, fed: float) -> None:
         """A step of ``shape`` fed ``fed`` tokens and appended ``accepted`` (per row)."""
-        tried = all(self.counts[s] >= self._first_tries for s in self.guessing)
+        tried = all(self.counts[s] >= self._first_tries for s in self._tried_first)
         explored = self.adaptive and tried and shape != self.best()
         if shape != PLAIN:
             self._tokens[shape].add(float(accepted), self.alpha)

@@ -39,7 +39,7 @@ def test_repetitive_prompts_accept_several_tokens_per_forward(family):
     expected = greedy(model, ids, max_new_tokens=64, eos_token_id=None, pad_token_id=0)
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, max_new_tokens=64, eos_token_id=None, pad_token_id=0,
-                             lookahead_config=lookahead.LookaheadConfig(window=4, ngram=4, guesses=4),
+                             lookahead_config=lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False),
                              lookahead_stats=stats)
     assert got.tolist() == expected.tolist()
     assert stats.pool_hits > 0

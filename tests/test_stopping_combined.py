@@ -162,7 +162,9 @@ def test_user_criterion_sees_each_token_and_its_scores(extra):
     reference = model.generate(REPEAT, do_sample=False, return_dict_in_generate=True, output_scores=True, **kwargs)
     model.generate(REPEAT, do_sample=False, stopping_criteria=StoppingCriteriaList([plain]), **kwargs)
     stats = lookahead.LookaheadStats()
-    lookahead.generate(model, REPEAT, lookahead_stats=stats, stopping_criteria=StoppingCriteriaList([mine]), **kwargs)
+    full = lookahead.LookaheadConfig(adaptive=False)  # every step the full tree: some append several
+    lookahead.generate(model, REPEAT, lookahead_config=full, lookahead_stats=stats,
+                       stopping_criteria=StoppingCriteriaList([mine]), **kwargs)
     assert max(k for k, n in enumerate(stats.accepted) if n) > 1  # steps appended several tokens
     assert [ids for ids, _ in mine.calls] == [ids for ids, _ in plain.calls]
     assert len(mine.calls) == len(reference.scores) == 24
