@@ -8,6 +8,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
@@ -185,6 +186,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     if cache is not None and cache.get_seq_length() > 0:
         raise Unsupported("lookahead decoding starts from an empty cache; got one already holding "
                           f"{cache.get_seq_length()} tokens")
+    if cache is None:  # generate makes none for a config with use_cache=False; decoding needs one
+        model_kwargs["cache"] = DynamicCache(config=model.config)
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     if generation_config.do_sample:

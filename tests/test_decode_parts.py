@@ -177,12 +177,15 @@ def fresh_model(family="llama", **changes):
     return tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
 
 
-def test_model_with_use_cache_off_in_its_config_equals_greedy():
-    """Checkpoints may ship ``use_cache=False`` (left from training); asked to use a cache,
-    the decoder's forwards still fill and read it. (Not asked, ``generate`` prepares no cache
-    and lookahead refuses: see docs/mutation.md.)"""
+@pytest.mark.parametrize("asked", [True, None])
+def test_model_with_use_cache_off_in_its_config_equals_greedy(asked):
+    """Checkpoints may ship ``use_cache=False`` (left from training); asked to use a cache or
+    not (then ``generate`` prepares none and the decoder makes its own), the decoder's
+    forwards fill and read one."""
     model = fresh_model(use_cache=False)
-    kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0, use_cache=True)
+    kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0)
+    if asked:
+        kwargs["use_cache"] = True
     got = lookahead.generate(model, REPEAT, **kwargs)
     assert got.tolist() == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
 
