@@ -42,9 +42,6 @@ def _check_inputs(inputs, kwargs) -> None:
     if ids.shape[1] == 0:
         raise ValueError("input_ids must hold at least one token, got length 0")
     check_padding(ids, kwargs.get("attention_mask"))
-    if kwargs.get("streamer") is not None and ids.shape[0] != 1:
-        raise ValueError(f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
-                         f"batch size {ids.shape[0]}; stream a batch of 1 or drop streamer=")
     new = kwargs.get("max_new_tokens")
     if new is not None and (isinstance(new, bool) or not isinstance(new, int)):
         raise TypeError(f"max_new_tokens must be an int, got {type(new).__name__} {new!r}")
@@ -172,7 +169,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     check_request(generation_config)
     check_padding(input_ids, model_kwargs.get("attention_mask"))
     if streamer is not None and input_ids.shape[0] != 1:
-        raise ValueError(f"streamer takes one sequence, but input_ids has batch size {input_ids.shape[0]}")
+        raise ValueError(f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
+                         f"batch size {input_ids.shape[0]}; stream a batch of 1 or drop streamer=")
     try:
         check_model(model)
     except Unsupported as err:

@@ -93,10 +93,11 @@ class Row:
     ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
     """
 
-    def __init__(self, seq: Sequence, planner: Decoder, prompt_len: int):
+    def __init__(self, seq: Sequence, planner: Decoder, prompt_len: int, start: int):
         self.seq = seq
         self.planner = planner
         self.prompt_len = prompt_len
+        self.start = start  # the first real token (after the left padding)
         self.stop_at: int | None = None
 
     @property
@@ -162,7 +163,6 @@ class BatchDecoder:
         logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                               **keep_last)[:, -1]
         self.past_keep = attention_mask.bool()
-        self.real_prompt = attention_mask.long().sum(-1).tolist()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)
         cfg = self.config
@@ -182,7 +182,7 @@ class BatchDecoder:
             planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool)
             planner.seed(np.asarray(seq.tokens, dtype=np.int64)[keep_mask[r]], self.groups, logits.shape[-1],
                          logits.device, successors)
-            row = Row(seq, planner, input_ids.shape[1])
+            row = Row(seq, planner, input_ids.shape[1], int(keep_mask[r].argmax()))
             rule.start(logits[r: r + 1])
             seq.append(next(walk(None, rule, lambda: seq.ids))[1])
             self.rows.append(row)
@@ -248,7 +248,7 @@ class BatchDecoder:
         if top is not None:
             planner.successors.record(top[0][i, :fed], top[1][i, :fed])
         keep = planner.accept(seq, layout.tree, logits[:fed])
-        if isinstance(planner.rule, ForcedPad):
+        if self._forced(row):
             return keep
         appended = seq.tokens[-len(keep):]
         planner.count(shape, layout, fed, appended)
@@ -326,9 +326,9 @@ class BatchDecoder:
         Each row's text (without padding, up to its stop) goes to the pool's history."""
         horizon = max(row.stop_at for row in self.rows)
         sequences = []
-        for r, row in enumerate(self.rows):
+        for row in self.rows:
             if self.pool is not None:
-                self.pool.remember(row.seq.array()[row.prompt_len - self.real_prompt[r]: row.prompt_len + row.stop_at])
+                self.pool.remember(row.seq.array()[row.start: row.prompt_len + row.stop_at])
             ids = row.seq.ids[0, : row.prompt_len + horizon]
             if ids.shape[0] < row.prompt_len + horizon:
                 ids = torch.cat([ids, ids.new_full((row.prompt_len + horizon - ids.shape[0],), self.pad)])
