@@ -6,22 +6,14 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from transformers.cache_utils import DynamicCache
 
 from lookahead.cache import commit, held_from, prepare_cache
 from lookahead.decode import attention_groups
 from lookahead.mask import StepMask
 from lookahead.tree import GuessTree
-from tiny_models import VOCAB, tiny_model
+from tiny_models import VOCAB, assert_cache_matches_recompute, fresh_cache, tiny_model
 
 tokens = st.integers(3, VOCAB - 1)
-
-
-def fresh_cache(model, ids):
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
-    return cache
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -66,12 +58,7 @@ class CacheMachine(RuleBasedStateMachine):
     def matches_recompute(self):
         if not hasattr(self, "cache"):
             return
-        expected = fresh_cache(self.model, self.committed)
-        assert self.cache.get_seq_length() == len(self.committed)
-        for got, want in zip(self.cache.layers, expected.layers):
-            assert got.keys.shape == want.keys.shape
-            torch.testing.assert_close(got.keys, want.keys, rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
+        assert_cache_matches_recompute(self.cache, self.model, self.committed)
 
 
 TestCacheMachine = CacheMachine.TestCase

@@ -25,14 +25,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from transformers import LogitsProcessor, LogitsProcessorList
-from transformers.cache_utils import DynamicCache
 
 import lookahead
 from lookahead.cache import commit, held_from, prepare_cache
 from lookahead.decode import attention_groups
 from lookahead.mask import StepMask
 from lookahead.tree import GuessTree
-from tiny_models import CASES, SLIDING, VOCAB, tiny_model
+from tiny_models import CASES, SLIDING, VOCAB, assert_cache_matches_recompute, fresh_cache, tiny_model
 
 SLIDING_FAMILIES = ("mistral", "qwen2", "qwen3", "phi3", "gemma2")
 tokens = st.integers(3, VOCAB - 1)
@@ -172,13 +171,6 @@ def test_a_path_as_long_as_the_window_drops_the_root():
 # --- the cache, step by step -------------------------------------------------------------------
 
 
-def fresh_cache(model, ids):
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
-    return cache
-
-
 class LongStepMachine(RuleBasedStateMachine):
     """Each step feeds ``[root | Jacobi window | trie of guesses longer than SLIDING]``,
     keeps the path to one node (often a deep one) and commits it.
@@ -234,12 +226,7 @@ class LongStepMachine(RuleBasedStateMachine):
     def matches_recompute(self):
         if not hasattr(self, "cache"):
             return
-        expected = fresh_cache(self.model, self.committed)
-        assert self.cache.get_seq_length() == len(self.committed)
-        for got, want in zip(self.cache.layers, expected.layers):
-            assert got.keys.shape == want.keys.shape
-            torch.testing.assert_close(got.keys, want.keys, rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
+        assert_cache_matches_recompute(self.cache, self.model, self.committed)
 
 
 # 5 steps of at most 1 + (SLIDING + 2) + (SLIDING + 5) kept tokens stay within 256 positions

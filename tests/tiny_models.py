@@ -54,3 +54,23 @@ def tiny_tokenizer():
     core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     core.decoder = decoders.Fuse()
     return tf.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def fresh_cache(model, ids: list[int]):
+    """The ``DynamicCache`` of one plain forward over ``ids``: what a committed cache must hold."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+    return cache
+
+
+def assert_cache_matches_recompute(cache, model, committed: list[int]) -> None:
+    """Every layer of ``cache`` equals a from-scratch forward over the ``committed`` tokens."""
+    expected = fresh_cache(model, committed)
+    assert cache.get_seq_length() == len(committed)
+    for got, want in zip(cache.layers, expected.layers):
+        assert got.keys.shape == want.keys.shape
+        torch.testing.assert_close(got.keys, want.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
