@@ -231,13 +231,10 @@ def _output(generation_config, stats: LookaheadStats, started: float, sequences,
 
 
 def _pad_token(generation_config) -> int | None:
-    """The id ``generate`` fills finished rows with (it falls back to the first EOS id)."""
-    pad = getattr(generation_config, "_pad_token_tensor", None)
-    if pad is None:
-        pad = generation_config.pad_token_id
-    if isinstance(pad, torch.Tensor):
-        pad = pad.reshape(-1)[0].item()
-    return pad
+    """The id ``generate`` fills finished rows with: the pad id, else the first EOS id (which
+    ``generate`` puts in ``_pad_token_tensor`` before it calls any decoding method)."""
+    pad = generation_config._pad_token_tensor
+    return None if pad is None else int(pad)
 
 
 def _costs(model, config: LookaheadConfig, given: CostCurve | None, rows: int) -> CostCurve | None:

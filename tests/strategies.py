@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+from hypothesis import strategies as st
+
 from lookahead import testing
+from lookahead.tree import GuessTree
 from tiny_models import VOCAB
 
 # Token ids 3.. are ordinary text; 0 pad, 1 bos, 2 eos in the tiny models' configs.
@@ -23,7 +27,23 @@ eos_ids = testing.eos_ids(tokens)
 
 def batch_rows(max_rows=8):
     """1..max_rows prompts (lists of ids), repetitive and random mixed, of different lengths."""
-    from hypothesis import strategies as st
-
     row = st.one_of(repetitive_prompts(min_len=4, max_len=30), testing.random_prompts(tokens, 1, 24))
     return st.lists(row, min_size=1, max_size=max_rows)
+
+
+@st.composite
+def mask_cases(draw):
+    """A step shape (no window: width 0), a trie of guesses deeper than small windows, a
+    committed prefix partly padding, and the first index a layer still holds."""
+    width = draw(st.integers(0, 4))
+    levels = draw(st.integers(1, 3))
+    chain = np.array(draw(st.lists(st.integers(0, 3), min_size=width, max_size=width)), dtype=np.int64)
+    rows = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=8), max_size=4))
+    m = max((len(r) for r in rows), default=1)
+    cands = np.array([r + [-1] * (m - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), m)
+    tree = GuessTree.build(chain, 1 + levels * width, cands)
+    past_len = draw(st.integers(0, 12))
+    past_keep = draw(st.lists(st.booleans(), min_size=past_len, max_size=past_len))
+    kv_offset = draw(st.integers(0, past_len))
+    window = draw(st.one_of(st.none(), st.integers(1, 7)))
+    return levels, width, tree, window, past_len, kv_offset, past_keep

@@ -308,6 +308,19 @@ def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
     assert roots == fed[1:]
 
 
+def test_window_ngrams_are_filed_under_their_two_token_context():
+    """With ``context_tokens=2`` the window's n-grams are also filed under the pair of the
+    token before them and their first token (the pool's keys from 2**32 on)."""
+    model = tiny_model("phi", "sdpa")
+    config = lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False, prompt_ngrams=False,
+                                       context_tokens=2, successors=0)
+    pool = lookahead.NgramPool(4, 4, context_tokens=2)
+    lookahead.generate(model, REPEAT, lookahead_config=config, lookahead_pool=pool, max_new_tokens=16,
+                       eos_token_id=None, pad_token_id=0)
+    keys = pool._keys[pool._keys >= 0]
+    assert (keys < 1 << 32).any() and (keys >= 1 << 32).any()
+
+
 def test_recycled_guesses_are_ngram_minus_one_long():
     """Each recycled guess (LookaheadConfig.successors) is ``ngram - 1`` tokens: the deepest
     node a step feeds sits ``ngram - 1`` positions after its root."""
