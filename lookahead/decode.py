@@ -162,6 +162,7 @@ class Decoder:
         # model's own causal mask is the same, and building ours costs more than plain decoding
         self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values())
         self.seed(prompt, windows, logits.shape[-1], logits.device)
+        self.learn_text(seq, 1)
 
     def seed(self, prompt: np.ndarray, windows: dict, vocab: int, device,
              successors: SuccessorTable | None = None) -> None:
@@ -204,7 +205,7 @@ class Decoder:
             self._advance_window(logits, accepted, root)
         else:
             self.window.slide(accepted)
-        self._learn_text(seq, accepted)
+        self.learn_text(seq, accepted)
         self._size_copy(seq.tokens[-accepted:])
 
     def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool,
@@ -272,8 +273,8 @@ class Decoder:
             self._copied = out[:n]
             parts["copy"] = self._copied[None]
         if self.pool is not None and not copy_only:
-            before = seq.tokens[-2] if len(seq.tokens) > 1 else -1
-            parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], before)
+            # a step follows the prefill: the prompt's last token precedes its first token
+            parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], seq.tokens[-2])
             self.stats.pool_lookups += 1
             self.stats.pool_hits += int(pooled.shape[0] > 0)
         if self.successors is not None and not copy_only:
@@ -309,8 +310,8 @@ class Decoder:
         if self.pool is not None:
             self.pool.insert(ngrams, before)
 
-    def _learn_text(self, seq: Sequence, accepted: int) -> None:
-        """File the n-grams that end in the tokens just accepted."""
+    def learn_text(self, seq: Sequence, accepted: int) -> None:
+        """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
         if self.pool is not None and self.config.prompt_ngrams:
             text = seq.array()
             self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)

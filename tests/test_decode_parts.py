@@ -19,7 +19,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 
 import lookahead
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Decoder, Layout, Sequence, _common
+from lookahead import kernels
+from lookahead.decode import Decoder, Layout, Sequence, _common, _stack_rows
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
@@ -251,14 +252,17 @@ def test_controller_weighs_the_given_cost_curve():
     assert plain[0.01] == 0 and plain[1.0] > 10
 
 
-def test_copy_guess_follows_its_budget():
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_copy_guess_follows_its_budget(adaptive):
     """The copy guess (LookaheadConfig.copy_length) starts at 4 tokens, doubles each time it
     holds in full and drops to what held + 2 when it breaks, never above ``copy_length``;
-    with a match it always copies its whole budget (kernels.copy_guess). Checked step by step
-    from what each forward was fed, on a copy-only config."""
+    with a match it always copies its whole budget (kernels.copy_guess). A step that fed no
+    copy (no match, or a plain step of the adaptive controller) leaves the budget. Checked
+    step by step from what each forward was fed, on a copy-only config."""
     model = fresh_model("gpt2")
-    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, prompt_ngrams=False, adaptive=False,
+    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, prompt_ngrams=False, adaptive=adaptive,
                                        copy_length=16)
+    stats = LookaheadStats()
     fed = []
     model.register_forward_pre_hook(
         lambda module, args, kwargs: fed.append((kwargs["input_ids"][0].tolist(), int(kwargs["position_ids"][0, 0]))),
@@ -268,7 +272,8 @@ def test_copy_guess_follows_its_budget():
         fed.clear()
         ids = torch.tensor([prompt])
         out = lookahead.generate(model, ids, lookahead_config=config, max_new_tokens=48, eos_token_id=None,
-                                 pad_token_id=0)[0].tolist()
+                                 pad_token_id=0, lookahead_stats=stats,
+                                 lookahead_costs=CostCurve.linear(1.0))[0].tolist()
         steps = fed[1:]  # after the prefill
         budget = 4
         for i, (tokens, root) in enumerate(steps):
@@ -282,6 +287,61 @@ def test_copy_guess_follows_its_budget():
                 cuts += held < len(guess)
                 copied.append(len(guess))
     assert max(copied) == 16 and cuts > 0
+    assert (stats.plain_steps > 10) == adaptive
+
+
+def test_stack_rows_pads_shorter_rows_with_minus_one():
+    copy, pool, successors = np.array([[4, 5, 6, 7, 8]]), np.array([[9, 3], [2, 2]]), np.array([[6, 6, 6]])
+    assert _stack_rows([]) is None
+    one = _stack_rows([pool])
+    assert one.dtype == np.int64 and one.tolist() == pool.tolist()
+    rows = _stack_rows([copy, pool, successors])
+    assert rows.dtype == np.int64
+    assert rows.tolist() == [[4, 5, 6, 7, 8], [9, 3, -1, -1, -1], [2, 2, -1, -1, -1], [6, 6, 6, -1, -1]]
+
+
+def test_each_guess_row_has_its_source(monkeypatch):
+    """``plan`` names the source of every guess row: as many names as rows, copy first, then
+    the pool's rows, then the successors'."""
+    model = tiny_model("llama", "sdpa")
+    plans = []
+    plan = Decoder.plan
+
+    def spy(self, *args, **kwargs):
+        out = plan(self, *args, **kwargs)
+        plans.append(out[2:])
+        return out
+
+    monkeypatch.setattr(Decoder, "plan", spy)
+    config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, successors=2, adaptive=False)
+    lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    order = {"copy": 0, "pool": 1, "successors": 2}
+    mixed = 0
+    for cands, origins in plans:
+        if cands is None:
+            assert origins == ()
+            continue
+        assert cands.dtype == np.int64 and len(origins) == cands.shape[0]
+        assert [order[o] for o in origins] == sorted(order[o] for o in origins)
+        mixed += len(set(origins)) == 3
+    assert mixed > 0
+
+
+def test_accepted_text_is_filed_once():
+    """The pool learns each n-gram of the text once, when its last token is accepted (no
+    window: text n-grams only): the filed n-grams are the final text's, in order."""
+    filed = []
+
+    class Recording(lookahead.NgramPool):
+        def insert_text(self, tokens, start=0):
+            filed.extend(kernels.text_ngrams(np.asarray(tokens, dtype=np.int64), start, self.ngram)[0].tolist())
+            super().insert_text(tokens, start)
+
+    model = tiny_model("llama", "sdpa")
+    config = lookahead.LookaheadConfig(window=0, ngram=4, guesses=4, successors=0, adaptive=False)
+    out = lookahead.generate(model, REPEAT, lookahead_config=config, lookahead_pool=Recording(4, 4),
+                             max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    assert filed == kernels.text_ngrams(out[0].numpy(), 0, 4)[0].tolist()
 
 
 def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
