@@ -2,7 +2,7 @@
 # Mutation testing of the correctness-critical modules with mutmut 3 (not part of CI).
 #
 #   pip install mutmut                       # a tool, not a test dependency
-#   benchmarks/mutation.sh                   # verify mask cache tree kernels decode api
+#   benchmarks/mutation.sh                   # verify mask cache tree kernels decode api batch
 #   benchmarks/mutation.sh verify mask       # some of them
 #   MUTATION_TIMEOUT=420 benchmarks/mutation.sh decode   # stop after 7 minutes; rerun to go on
 #
@@ -35,7 +35,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${MUTATION_DIR:-/tmp/lookahead-mutation}"
 CHILDREN="${MUTATION_CHILDREN:-2}"
 LIMIT="${MUTATION_TIMEOUT:-0}"
-ALL=(verify mask cache tree kernels decode api)
+ALL=(verify mask cache tree kernels decode api batch)
 
 command -v mutmut >/dev/null || { echo "mutmut not found: pip install mutmut" >&2; exit 2; }
 
@@ -50,6 +50,7 @@ tests_for() {
     kernels) echo "tests/test_trie.py tests/test_pool.py tests/test_history.py::test_copy_with_history_equals_the_reference tests/test_history.py::test_history_is_bounded_and_saved tests/test_recycle.py::test_successor_table_against_a_dict tests/test_recycle.py::test_copy_follows_the_longest_suffix_match" ;;
     decode) echo "tests/test_decode_parts.py tests/test_compression_floors.py tests/test_window_reference.py tests/test_sliding_window.py::test_steps_longer_than_the_window_equal_greedy tests/test_stopping_combined.py::test_user_criterion_sees_each_token_and_its_scores tests/test_stopping_combined.py::test_eos_list_fires_before_stop_string_and_user_criterion tests/test_exact.py::test_repetitive_prompts_accept_several_tokens_per_forward tests/test_exact.py::test_left_padding tests/test_exact.py::test_long_generation_slides_past_the_window tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_user_stopping_criteria_stop_mid_block tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_controller.py::test_random_prompt_backs_off_and_stays_exact" ;;
     api) echo "tests/test_api_parts.py tests/test_stopping_combined.py tests/test_errors.py tests/test_decode_parts.py::test_output_carries_scores_and_logits_only_when_asked tests/test_decode_parts.py::test_model_with_use_cache_off_in_its_config_equals_greedy tests/test_decode_parts.py::test_model_without_logits_to_keep_equals_greedy tests/test_generate_compat.py::test_user_logits_processor tests/test_generate_compat.py::test_stop_strings_with_tokenizer tests/test_generate_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/test_generate_compat.py::test_return_dict_with_scores_and_logits tests/test_generate_compat.py::test_generation_config_object_and_model_defaults tests/test_generate_compat.py::test_custom_generate_entry_point tests/test_generate_compat.py::test_custom_generate_with_stop_string_criterion tests/test_generate_compat.py::test_stop_strings_from_a_generation_config tests/test_generate_compat.py::test_stop_strings_without_tokenizer_is_a_clear_error tests/test_generate_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/test_generate_compat.py::test_pool_shape_must_match_the_config tests/test_generate_compat.py::test_stats_add_up_over_calls tests/test_sampling.py::test_same_seed_same_output_whatever_the_shape tests/test_sampling.py::test_sampling_options_run_with_stats tests/test_batch.py::test_bad_batches_are_clear_errors tests/test_batch.py::test_finished_rows_leave_the_batch tests/test_batch.py::test_custom_generate_entry_point_takes_a_batch tests/test_batch.py::test_stop_strings_and_user_criteria_per_row" ;;
+    batch) echo "tests/test_batch.py::test_batch_equals_generate[llama-sdpa] tests/test_batch.py::test_batch_equals_generate[mistral-eager] tests/test_batch.py::test_batch_equals_generate[gemma2-eager] tests/test_batch.py::test_repetitive_rows_compress tests/test_batch.py::test_finished_rows_leave_the_batch tests/test_batch.py::test_stop_strings_and_user_criteria_per_row tests/test_batch.py::test_custom_generate_entry_point_takes_a_batch tests/test_batch.py::test_sampling_each_row_has_the_models_distribution tests/test_batch.py::test_cache_rows_equal_a_fresh_prefill tests/test_batch.py::test_bad_batches_are_clear_errors tests/test_api_parts.py::test_batch_output_and_pool tests/test_api_parts.py::test_the_given_cost_curve_drives_the_controller tests/test_api_parts.py::test_batch_pads_with_the_first_eos_when_there_is_no_pad_id tests/test_api_parts.py::test_sampling_runs_the_processors" ;;
     *) echo "unknown module: $1 (one of: ${ALL[*]})" >&2; return 1 ;;
   esac
 }

@@ -259,7 +259,7 @@ class Decoder:
                 break
         return keep
 
-    def _guesses(self, seq: Sequence, copy_only: bool = False) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    def _guesses(self, seq: Sequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
         """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
         ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
         cfg = self.config
@@ -279,7 +279,7 @@ class Decoder:
             self.stats.pool_hits += int(pooled.shape[0] > 0)
         if self.successors is not None and not copy_only:
             parts["successors"] = self.successors.guesses(seq.tokens[-1])
-        parts = {name: rows for name, rows in parts.items() if rows.shape[0] and rows.shape[1]}
+        parts = {name: rows for name, rows in parts.items() if rows.size}
         origins = tuple(name for name, rows in parts.items() for _ in range(rows.shape[0]))
         return _stack_rows(list(parts.values())), origins
 

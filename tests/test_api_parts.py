@@ -230,6 +230,9 @@ def test_batch_pads_with_the_first_eos_when_there_is_no_pad_id():
     expected = model.generate(BATCH, do_sample=False, **kwargs)
     assert expected[1, -1].item() == eos and expected[0, -1].item() != eos
     assert lookahead.generate(model, BATCH, **kwargs).tolist() == expected.tolist()
+    kwargs.update(eos_token_id=None)  # nothing to pad with, and nothing that would need it
+    expected = model.generate(BATCH, do_sample=False, **kwargs)
+    assert lookahead.generate(model, BATCH, **kwargs).tolist() == expected.tolist()
 
 
 def test_unknown_model_inputs_are_refused():

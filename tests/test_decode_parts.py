@@ -220,6 +220,27 @@ def test_model_without_logits_to_keep_equals_greedy():
 RANDOM = torch.tensor([[0, 0, 0, 7, 30, 12, 41, 3, 19, 25, 8, 44, 16]])  # three pads on the left
 
 
+def test_plain_steps_over_full_attention_leave_the_mask_to_the_model():
+    """Plain steps over an unpadded cache of a full-attention model feed no mask of ours (the
+    model's causal mask is the same and cheaper); over a padded cache they must feed one."""
+    model = tiny_model("llama", "sdpa")
+    for ids, masked in ((RANDOM[:, 3:], False), (RANDOM, True)):
+        plain = []  # per one-token forward: whether it fed a mask
+        handle = model.register_forward_pre_hook(
+            lambda module, args, kwargs: plain.append(kwargs["attention_mask"] is not None)
+            if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
+        stats = LookaheadStats()
+        try:
+            lookahead.generate(model, ids, attention_mask=(ids != 0).long(), lookahead_stats=stats,
+                               lookahead_costs=CostCurve.linear(1.0), max_new_tokens=24, eos_token_id=None,
+                               pad_token_id=0)
+        finally:
+            handle.remove()
+        assert stats.plain_steps > 5
+        # one-token forwards with a mask: plain steps over padding, or guessing steps that found no guess
+        assert plain.count(False) == (0 if masked else stats.plain_steps)
+
+
 @pytest.mark.parametrize("family,padded", [("llama", False), ("llama", True), ("mistral", False),
                                            ("mistral", True), ("qwen2", False)])
 def test_plain_steps_equal_greedy(family, padded):
@@ -260,8 +281,7 @@ def test_copy_guess_follows_its_budget(adaptive):
     copy (no match, or a plain step of the adaptive controller) leaves the budget. Checked
     step by step from what each forward was fed, on a copy-only config."""
     model = fresh_model("gpt2")
-    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, prompt_ngrams=False, adaptive=adaptive,
-                                       copy_length=16)
+    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, adaptive=adaptive, copy_length=16)
     stats = LookaheadStats()
     fed = []
     model.register_forward_pre_hook(
