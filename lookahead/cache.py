@@ -35,10 +35,12 @@ def prepare_cache(cache: DynamicCache) -> None:
 
 
 def held_from(layer, past_len: int) -> int:
-    """First cache index a layer still holds (sliding layers keep only a recent stretch)."""
-    if isinstance(layer, DynamicSlidingWindowLayer) and layer.is_initialized:
-        return past_len - layer.keys.shape[-2]
-    return 0
+    """First cache index a layer still holds, once ``past_len`` entries were committed: 0 for
+    a full layer, later for a sliding one, which keeps only a recent stretch.
+
+    Cache tensors are ``[batch, heads, seq, head_dim]``.
+    """
+    return past_len - layer.keys.shape[2]
 
 
 def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor) -> None:
@@ -52,19 +54,19 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
-        start = layer.keys.shape[-2] - step_len
+        start = layer.keys.shape[2] - step_len
         if not contiguous:
             src = keep.to(layer.keys.device) + start  # layers may sit on other devices (device_map)
-            layer.keys[..., start: start + k, :] = layer.keys.index_select(-2, src)
-            layer.values[..., start: start + k, :] = layer.values.index_select(-2, src)
+            layer.keys[:, :, start: start + k] = layer.keys.index_select(2, src)
+            layer.values[:, :, start: start + k] = layer.values.index_select(2, src)
         end = start + k
         if isinstance(layer, DynamicSlidingWindowLayer):
             begin = max(end - layer.sliding_window + 1, 0)
             layer.cumulative_length = past_len + k
         else:
             begin = 0
-        layer.keys = layer.keys[..., begin:end, :]
-        layer.values = layer.values[..., begin:end, :]
+        layer.keys = layer.keys[:, :, begin:end]
+        layer.values = layer.values[:, :, begin:end]
 
 
 def commit_rows(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:

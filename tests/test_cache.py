@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from torch.overrides import TorchFunctionMode
+from transformers.cache_utils import DynamicCache
 
 from lookahead.cache import commit, held_from, prepare_cache
 from lookahead.decode import attention_groups
@@ -62,3 +64,52 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 TestCacheMachine = CacheMachine.TestCase
+
+
+class OpLog(TorchFunctionMode):
+    """The names of the torch functions and tensor methods called while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def step_cache(layers: int, length: int) -> DynamicCache:
+    cache = DynamicCache()
+    for layer in range(layers):
+        cache.update(torch.randn(1, 2, length, 4), torch.randn(1, 2, length, 4), layer)
+    return cache
+
+
+def test_a_contiguous_keep_moves_nothing():
+    """When the kept nodes are the step's first k (plain steps, a path down the chain), the
+    entries already sit where they belong: ``commit`` only cuts, it copies nothing."""
+    cache = step_cache(2, 5 + 4)
+    before = [layer.keys.clone() for layer in cache.layers]
+    with OpLog() as log:
+        commit(cache, 5, 4, torch.tensor([0, 1]))
+    assert "index_select" not in log.names and "__setitem__" not in log.names
+    for layer, keys in zip(cache.layers, before):
+        assert torch.equal(layer.keys, keys[:, :, :7])
+    cache = step_cache(2, 5 + 4)
+    with OpLog() as log:  # a keep with a gap does copy
+        commit(cache, 5, 4, torch.tensor([0, 2]))
+    assert "index_select" in log.names
+
+
+def test_commit_skips_layers_the_model_never_wrote():
+    """A layer without entries (a model that writes fewer layers than the cache has) is left
+    alone, and the layers after it are still committed."""
+    cache = DynamicCache()
+    keys = torch.randn(1, 2, 9, 4)
+    cache.update(keys, keys, 0)
+    cache.update(keys, keys, 2)  # layer 1 stays empty
+    assert not cache.layers[1].is_initialized
+    commit(cache, 5, 4, torch.tensor([0, 2, 3]))
+    expected = torch.cat([keys[:, :, :5], keys[:, :, [5, 7, 8]]], dim=2)
+    assert torch.equal(cache.layers[0].keys, expected) and torch.equal(cache.layers[2].keys, expected)
+    assert not cache.layers[1].is_initialized
