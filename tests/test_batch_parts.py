@@ -136,3 +136,19 @@ def test_trim_and_gather_rows(rows, length, data):
     gather_rows(cache, torch.tensor(index, dtype=torch.long).reshape(rows, size))
     assert entries(cache) == [[[[row[i] for i in idx] for row, idx in zip(t, index)] for t in layer]
                               for layer in before]
+
+
+def test_batch_step_tensors_live_on_the_rows_device():
+    """Offsets, attention and masks are built where the rows' tensors are (here torch's
+    shape-only ``meta`` device, which a tensor left on the CPU would clash with)."""
+    meta = dict(device="meta")
+    offsets = [torch.zeros(3, dtype=torch.long, **meta), torch.zeros(2, dtype=torch.long, **meta)]
+    allowed = [torch.ones(3, 3, dtype=torch.bool, **meta), torch.ones(2, 2, dtype=torch.bool, **meta)]
+    stacked_offsets, stacked_allowed = stack_steps(offsets, allowed, 4)
+    assert stacked_offsets.device.type == stacked_allowed.device.type == "meta"
+    groups = {"full_attention": None, "sliding_attention": 3}
+    masks = batch_masks(stacked_offsets, stacked_allowed, torch.zeros(2, dtype=torch.long, **meta),
+                        torch.ones(2, 5, dtype=torch.bool, **meta), torch.zeros(2, 5, dtype=torch.long, **meta),
+                        groups, torch.float16)
+    for mask in masks.values():
+        assert mask.device.type == "meta" and mask.dtype == torch.float16 and mask.shape == (2, 1, 4, 9)
