@@ -47,3 +47,30 @@ def mask_cases(draw):
     kv_offset = draw(st.integers(0, past_len))
     window = draw(st.one_of(st.none(), st.integers(1, 7)))
     return levels, width, tree, window, past_len, kv_offset, past_keep
+
+
+# Token texts for the copy kernels: a 4-letter alphabet that includes 0 (a real id in most
+# vocabularies), and texts stitched from pieces of one another so that long suffix matches,
+# and matches longer than the cap, really occur.
+copy_tokens = st.lists(st.integers(0, 3), max_size=24)
+
+
+@st.composite
+def copy_texts(draw, others=()):
+    """A text of 1-40 tokens: random, or random pieces around a slice of one of ``others``
+    (or of itself so far), so that its end often repeats something earlier."""
+    text = draw(copy_tokens)
+    for _ in range(draw(st.integers(0, 3))):
+        sources = [o for o in others if o] + ([text] if text else [])
+        if sources:
+            src = draw(st.sampled_from(sources))
+            a = draw(st.integers(0, len(src) - 1))
+            text = text + src[a: a + draw(st.integers(1, 12))] + draw(st.lists(st.integers(0, 3), max_size=2))
+    return text[:40] or [draw(st.integers(0, 3))]
+
+
+@st.composite
+def history_cases(draw):
+    """``(earlier texts, text)``: the text often ends in a piece of an earlier one."""
+    earlier = draw(st.lists(copy_texts(), max_size=3))
+    return earlier, draw(copy_texts(earlier))

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookahead
 from lookahead import kernels
 from lookahead.pool import NgramPool
 from lookahead.recycle import SuccessorTable
-from strategies import eos_ids, max_new_tokens, prompts
+from strategies import copy_texts, eos_ids, max_new_tokens, prompts
 from tiny_models import VOCAB, tiny_model
 
 small = st.integers(0, 7)
@@ -42,8 +42,8 @@ def test_successor_table_against_a_dict(feeds, root, k, length):
     assert table.guesses(root).tolist() == rows
 
 
-@given(tokens=st.lists(st.integers(0, 3), min_size=1, max_size=40), match=st.integers(1, 8),
-       length=st.integers(1, 8))
+@settings(max_examples=400)  # a pure function on short arrays: examples are cheap
+@given(tokens=copy_texts(), match=st.integers(1, 8), length=st.integers(1, 8))
 def test_copy_follows_the_longest_suffix_match(tokens, match, length):
     """Among earlier ends of the text, the one whose preceding tokens match the most trailing
     tokens (capped at ``match``) wins, the latest among equals."""
