@@ -1,8 +1,8 @@
 """What ``lookahead.generate`` returns and does around the decoder, against ``model.generate``.
 
-Written against ``lookahead/api.py``'s mutation run (docs/mutation.md): the output's scores,
-logits and cache when asked for one at a time, the fallback's stats, when the cost curve is
-measured, one-token prompts.
+Written against ``lookahead/api.py``'s mutation runs (docs/mutation.md): the output object,
+the fallback to plain ``generate``, the cost curve, the checks at both entry points, the
+batch path's arguments and the request shapes the other tests never build.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def test_fallback_streams_and_returns_the_output_object():
     assert mine.calls[0] == ids[0].tolist() and len(mine.calls) == 1 + 6 + 1
 
 
-def test_total_time_is_the_call_s():
+def test_total_time_adds_the_call_s_time():
     model = tiny_model("llama", "sdpa")
     stats = lookahead.LookaheadStats(total_s=100.0)
     started = time.perf_counter()
