@@ -81,10 +81,9 @@ class RowView:
     def __bool__(self) -> bool:
         return bool(self.fn)
 
-    def __call__(self, ids: torch.Tensor, scores: torch.Tensor | None):
-        ids = ids.expand(self.rows, -1)
-        scores = scores.repeat(self.rows, 1) if scores is not None else None
-        return self.fn(ids, scores)[self.row: self.row + 1]
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor):
+        # scores are never None here: criteria get the raw row when no processor ran
+        return self.fn(ids.expand(self.rows, -1), scores.repeat(self.rows, 1))[self.row: self.row + 1]
 
 
 class Row:

@@ -12,7 +12,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
 
 import lookahead
-from lookahead.batch import BatchDecoder
+from lookahead.batch import PAD_RUN, BatchDecoder
 from lookahead.verify import GreedyRule
 from lookahead import testing
 from strategies import batch_rows
@@ -105,7 +105,10 @@ def test_stop_strings_and_user_criteria_per_row():
     kwargs = dict(attention_mask=mask, max_new_tokens=30, eos_token_id=None, pad_token_id=PAD,
                   stop_strings=[stop], tokenizer=tok)
     expected = model.generate(ids, do_sample=False, **kwargs)
-    assert lookahead.generate(model, ids, **kwargs).tolist() == expected.tolist()
+    stats = lookahead.LookaheadStats()
+    assert lookahead.generate(model, ids, lookahead_stats=stats, **kwargs).tolist() == expected.tolist()
+    # every row went on to the longest row's stop: the new tokens are the ones returned
+    assert stats.new_tokens == expected.shape[0] * (expected.shape[1] - ids.shape[1])
     kwargs["eos_token_id"] = 2  # with an EOS criterion, stopped rows are padded instead
     expected = model.generate(ids, do_sample=False, **kwargs)
     assert lookahead.generate(model, ids, **kwargs).tolist() == expected.tolist()
@@ -176,6 +179,7 @@ def test_cache_rows_equal_a_fresh_prefill():
     assert holes > 0
     decoder._close_holes()
     check()
+    assert decoder.past_keep.shape[1] == int(decoder.position.max())  # the longest row, no hole left
     decoder.step()
     check()
 
@@ -193,3 +197,48 @@ def test_bad_batches_are_clear_errors():
                            do_sample=True)
     with pytest.raises(ValueError, match="streamer"):
         lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=4, streamer=TextStreamer(tiny_tokenizer()))
+
+
+def test_kept_pool_remembers_each_row_s_real_text():
+    """Each row's text goes to the pool's history: its prompt without the padding, then what
+    it generated up to where it stopped, then -1."""
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad(list(MOTIFS[:3]))
+    eos = eos_ending_rows(model, ids, mask, 24, [(1, 3)])
+    kwargs = dict(attention_mask=mask, max_new_tokens=24, eos_token_id=eos, pad_token_id=PAD)
+    expected = model.generate(ids, do_sample=False, **kwargs)
+    pool = lookahead.NgramPool(lookahead.LookaheadConfig().ngram, lookahead.LookaheadConfig().guesses)
+    assert lookahead.generate(model, ids, lookahead_pool=pool, **kwargs).tolist() == expected.tolist()
+    texts = []
+    for r, prompt in enumerate(MOTIFS[:3]):
+        new = expected[r, ids.shape[1]:].tolist()
+        ends = [i for i, t in enumerate(new) if t in eos]
+        texts += list(prompt) + new[: ends[0] + 1 if ends else len(new)] + [-1]
+    assert any(t in eos for t in texts), "some row should stop early"
+    assert pool.history.tolist() == texts
+
+
+def test_finished_rows_feed_pad_runs_while_scores_are_reported():
+    """A row that stopped while scores are reported keeps feeding pad tokens, as
+    ``generate``'s finished rows do, ``PAD_RUN`` of them per step after its last token."""
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad([MOTIFS[0], MOTIFS[2]])
+    eos = eos_ending_rows(model, ids, mask, 30, [(0, 2)])
+    kwargs = dict(attention_mask=mask, max_new_tokens=30, eos_token_id=eos, pad_token_id=PAD,
+                  return_dict_in_generate=True, output_scores=True)
+    expected = model.generate(ids, do_sample=False, **kwargs)
+    fed = []  # row 0's (tokens, offsets from its root) per forward
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kw: fed.append((kw["input_ids"][0].tolist(),
+                                             (kw["position_ids"][0] - kw["position_ids"][0, 0]).tolist())),
+        with_kwargs=True)
+    try:
+        got = lookahead.generate(model, ids, **kwargs)
+    finally:
+        handle.remove()
+    assert got.sequences.tolist() == expected.sequences.tolist()
+    assert expected.sequences[0, -1] == PAD and expected.sequences[1, -1] != PAD, "row 0 should stop early"
+    # a chain of pads after the root (a batch's filler tokens are not: they sit at offset 0)
+    run = ([PAD] * PAD_RUN, list(range(1, 1 + PAD_RUN)))
+    assert any((tokens[1: 1 + PAD_RUN], offsets[1: 1 + PAD_RUN]) == run for tokens, offsets in fed[1:])
+
