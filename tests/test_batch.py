@@ -242,3 +242,32 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
     run = ([PAD] * PAD_RUN, list(range(1, 1 + PAD_RUN)))
     assert any((tokens[1: 1 + PAD_RUN], offsets[1: 1 + PAD_RUN]) == run for tokens, offsets in fed[1:])
 
+
+
+def test_every_guess_source_contributes_in_a_batch():
+    """With the controller off every step has the full shape, and each source (the window,
+    the copy guess, the pool) is credited with accepted tokens in some row."""
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad(list(MOTIFS))
+    config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
+    kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=None, pad_token_id=PAD)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert stats.lean_steps == stats.plain_steps == 0
+    assert all(stats.source_tokens.get(source, 0) > 0 for source in ("window", "copy", "pool")), stats.source_tokens
+
+
+def test_rows_share_one_pool_and_one_successor_table():
+    """What one row's text teaches, every row can guess from."""
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad(list(MOTIFS))
+    stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 8)])
+    config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, successors=2)
+    decoder = BatchDecoder(model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, None, None,
+                           PAD, False, False, False)
+    decoder.prefill(ids, mask)
+    pools = {id(row.planner.pool) for row in decoder.rows}
+    tables = {id(row.planner.successors) for row in decoder.rows}
+    assert len(pools) == len(tables) == 1 and decoder.rows[0].planner.pool is not None
+    assert decoder.rows[0].planner.successors is not None
