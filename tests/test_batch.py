@@ -246,14 +246,22 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
 
 def test_every_guess_source_contributes_in_a_batch():
     """With the controller off every step has the full shape, and each source (the window,
-    the copy guess, the pool) is credited with accepted tokens in some row."""
+    the copy guess, the pool) is credited with accepted tokens in some row; the forwards and
+    their time are counted."""
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad(list(MOTIFS))
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
     kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=None, pad_token_id=PAD)
-    stats = lookahead.LookaheadStats()
-    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    stats, rows = lookahead.LookaheadStats(), []
+    handle = model.register_forward_pre_hook(lambda module, args, kw: rows.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    try:
+        got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    finally:
+        handle.remove()
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert (stats.forwards, stats.row_forwards) == (len(rows), sum(rows))
+    assert 0 < stats.forward_s < stats.total_s
     assert stats.lean_steps == stats.plain_steps == 0
     assert all(stats.source_tokens.get(source, 0) > 0 for source in ("window", "copy", "pool")), stats.source_tokens
 
