@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -252,16 +254,19 @@ def test_every_guess_source_contributes_in_a_batch():
     ids, mask = left_pad(list(MOTIFS))
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
     kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=None, pad_token_id=PAD)
-    stats, rows = lookahead.LookaheadStats(), []
-    handle = model.register_forward_pre_hook(lambda module, args, kw: rows.append(kw["input_ids"].shape[0]),
-                                             with_kwargs=True)
+    stats, rows, spent = lookahead.LookaheadStats(), [], []
+    hooks = [model.register_forward_pre_hook(
+                 lambda module, args, kw: rows.append(kw["input_ids"].shape[0]) or spent.append(-time.perf_counter()),
+                 with_kwargs=True),
+             model.register_forward_hook(lambda module, args, out: spent.append(spent.pop() + time.perf_counter()))]
     try:
         got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     finally:
-        handle.remove()
+        for hook in hooks:
+            hook.remove()
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert (stats.forwards, stats.row_forwards) == (len(rows), sum(rows))
-    assert 0 < stats.forward_s < stats.total_s
+    assert sum(spent) <= stats.forward_s < stats.total_s  # each forward's time, inside the stats' timing
     assert stats.lean_steps == stats.plain_steps == 0
     assert all(stats.source_tokens.get(source, 0) > 0 for source in ("window", "copy", "pool")), stats.source_tokens
 
