@@ -272,15 +272,23 @@ def test_every_guess_source_contributes_in_a_batch():
 
 
 def test_rows_share_one_pool_and_one_successor_table():
-    """What one row's text teaches, every row can guess from."""
+    """What one row's text teaches, every row can guess from (recycled rows ``ngram - 1``
+    long, as in one row's decoding)."""
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad(list(MOTIFS))
     stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 8)])
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, successors=2)
     decoder = BatchDecoder(model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, None, None,
                            PAD, False, False, False)
-    decoder.prefill(ids, mask)
+    rows_of_logits = []
+    handle = model.register_forward_hook(lambda module, args, out: rows_of_logits.append(out.logits.shape[1]))
+    try:
+        decoder.prefill(ids, mask)
+    finally:
+        handle.remove()
+    assert rows_of_logits == [1]  # the prefill computes the last position's logits only
     pools = {id(row.planner.pool) for row in decoder.rows}
     tables = {id(row.planner.successors) for row in decoder.rows}
     assert len(pools) == len(tables) == 1 and decoder.rows[0].planner.pool is not None
-    assert decoder.rows[0].planner.successors is not None
+    table = decoder.rows[0].planner.successors
+    assert table is not None and (table.k, table.length) == (2, config.ngram - 1)
