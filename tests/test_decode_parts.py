@@ -24,7 +24,7 @@ from lookahead.decode import Decoder, Layout, Sequence, _common, _stack_rows
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
-from tiny_models import CONFIGS, VOCAB, tiny_model
+from tiny_models import CONFIGS, VOCAB, tiny_model, two_requests
 
 REPEAT = torch.tensor([[5, 6, 7, 8, 9] * 4])
 
@@ -495,11 +495,5 @@ def test_copy_guess_reads_a_kept_pool_s_history():
     model = tiny_model("llama", "sdpa")
     config = lookahead.LookaheadConfig(window=0, guesses=1, ngram=2, copy_length=16, prompt_ngrams=False,
                                        successors=0, adaptive=False)
-    pool = lookahead.NgramPool(2, 1, context_tokens=config.context_tokens)
-    kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None, lookahead_config=config)
-    first, second = lookahead.LookaheadStats(), lookahead.LookaheadStats()
-    lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=first, **kwargs)
-    got = lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=second, **kwargs)
-    assert got.tolist() == model.generate(REPEAT, do_sample=False, max_new_tokens=40, pad_token_id=0,
-                                          eos_token_id=None).tolist()
+    first, second = two_requests(model, REPEAT, config, lookahead.NgramPool(2, 1, context_tokens=config.context_tokens))
     assert second.source_tokens.get("copy", 0) > first.source_tokens.get("copy", 0)

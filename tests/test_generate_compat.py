@@ -15,7 +15,7 @@ from transformers.generation.streamers import BaseStreamer
 
 import lookahead
 from strategies import configs, prompts, tokens
-from tiny_models import tiny_model, tiny_tokenizer
+from tiny_models import tiny_model, tiny_tokenizer, two_requests
 
 REPEAT = torch.tensor([[5, 6, 7, 8, 9] * 5])
 
@@ -196,13 +196,7 @@ def test_pool_kept_across_requests_helps_the_next_one():
     model = tiny_model("llama", "sdpa")
     config = lookahead.LookaheadConfig(window=2, ngram=4, guesses=4, copy_length=0, prompt_ngrams=False,
                                        adaptive=False)
-    pool = lookahead.NgramPool(4, 4, context_tokens=config.context_tokens)
-    kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None, lookahead_config=config)
-    first, second = lookahead.LookaheadStats(), lookahead.LookaheadStats()
-    lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=first, **kwargs)
-    got = lookahead.generate(model, REPEAT, lookahead_pool=pool, lookahead_stats=second, **kwargs)
-    assert got.tolist() == model.generate(REPEAT, do_sample=False, max_new_tokens=40, pad_token_id=0,
-                                          eos_token_id=None).tolist()
+    first, second = two_requests(model, REPEAT, config, lookahead.NgramPool(4, 4, context_tokens=config.context_tokens))
     assert second.forwards < first.forwards
 
 

@@ -74,3 +74,17 @@ def assert_cache_matches_recompute(cache, model, committed: list[int]) -> None:
         assert got.keys.shape == want.keys.shape
         torch.testing.assert_close(got.keys, want.keys, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
+
+
+def two_requests(model, ids, config, pool, max_new_tokens: int = 40):
+    """Generate after ``ids`` twice with one kept ``pool`` (greedy, no EOS); the second
+    output must equal ``model.generate``'s. Returns both calls' ``LookaheadStats``."""
+    import lookahead
+
+    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=0, eos_token_id=None)
+    first, second = lookahead.LookaheadStats(), lookahead.LookaheadStats()
+    lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, lookahead_stats=first, **kwargs)
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, lookahead_stats=second,
+                             **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    return first, second
