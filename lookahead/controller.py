@@ -26,7 +26,6 @@ from __future__ import annotations
 from lookahead.costmodel import CostCurve
 
 FULL, LEAN, COPY, PLAIN = "full", "lean", "copy", "plain"
-SHAPES = (FULL, LEAN, PLAIN)  # the default set; COPY joins where it differs from LEAN
 # the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in
 # seconds; measured by benchmarks/overhead.py on this project's CPU
 GUESS_OVERHEAD_S = 4e-4
@@ -84,8 +83,8 @@ class ShapeController:
         # costs most
         cheap = max(explore_every // 3, 1)
         # with the copy shape on, the lean tree is the dearer guess: tried like the window
-        self._base = {LEAN: explore_every if copy_shape else cheap, COPY: cheap, FULL: 2 * explore_every}
-        self._base = {shape: self._base[shape] for shape in self.guessing}
+        base = {LEAN: explore_every if copy_shape else cheap, COPY: cheap, FULL: 2 * explore_every}
+        self._base = {shape: base[shape] for shape in self.guessing}
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(self.shapes, 0)

@@ -125,9 +125,9 @@ def curve_key(model, rows: int = 1) -> str:
 def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS, rows: int = 1) -> CostCurve:
     """Time forwards of each query length after a ``context``-token cache, in ``repeats``
     rounds over all lengths; each length's fastest run counts (the least disturbed by other
-    work on the machine). With ``rows``
-    > 1 every forward runs that many rows: a batch's curve (its unit is a ``[rows, 1]``
-    forward, which costs far less than ``rows`` one-token forwards)."""
+    work on the machine). With ``rows`` > 1 every forward runs that many rows: a batch's
+    curve (its unit is a ``[rows, 1]`` forward, which costs far less than ``rows``
+    one-token forwards)."""
     from transformers.cache_utils import DynamicCache
 
     device = next(model.parameters()).device
@@ -149,8 +149,7 @@ def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS
             _sync(device)
             if round_:
                 best[i] = min(best[i], time.perf_counter() - started)
-    seconds = best
-    return CostCurve.from_times(sizes, seconds)
+    return CostCurve.from_times(sizes, best)
 
 
 def _sync(device) -> None:
