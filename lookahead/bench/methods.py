@@ -166,10 +166,10 @@ def _run_suffix(model, input_ids, settings: Settings, name: str):
     import lookahead
     from lookahead.bench import suffix
 
-    _single(name, input_ids)
-    reason = suffix_unavailable()
+    reason = suffix_unavailable()  # first: without the extension nothing else about the call matters
     if reason is not None:
         raise MethodUnavailable(f"{name}: {reason}")
+    _single(name, input_ids)
     if settings.do_sample:
         raise MethodUnavailable(f"{name}: greedy only (its chain verify keeps the model's argmax)")
     try:
