@@ -19,6 +19,7 @@ from lookahead.decode import lookahead_decode
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported, check_model, check_request
+from lookahead.noise import NoiseStream
 from lookahead.verify import GreedyRule, SamplingRule
 
 
@@ -189,7 +190,8 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     if generation_config.do_sample:
-        rule = SamplingRule(logits_processor, lookahead_generator)
+        # one noise block per step for every row, as generate draws them
+        rule = SamplingRule(logits_processor, lookahead_generator, NoiseStream(input_ids.shape[0], lookahead_generator))
     else:
         rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
     costs = _costs(model, config, lookahead_costs, input_ids.shape[0])

@@ -59,8 +59,11 @@ class ForcedPad:
         self.rule.start(logits)
 
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
-        pick = self.rule(node, sequence, children)
+        pick = self.rule.report(node, sequence)  # draws no noise: generate's pad rows emit nothing
         return Pick(self.pad, pick.logits, pick.scores)
+
+    def release(self) -> None:
+        self.rule.release()
 
 
 class RowView:
@@ -176,6 +179,7 @@ class BatchDecoder:
                 criteria = RowView(criteria, r, rows)
             seq = Sequence(input_ids[r: r + 1], criteria, None, self.stats, self.keep_scores, self.keep_logits)
             rule = copy.copy(self.rule)
+            rule.row = r  # its row of a sampling rule's noise blocks
             if rule.processors:
                 rule.processors = RowView(rule.processors, r, rows)
             planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool)
@@ -293,6 +297,7 @@ class BatchDecoder:
         row.stop_at = row.generated
         row.seq.ignore_stops()
         if self.pad_after_stop and (self.keep_scores or self.keep_logits):
+            row.planner.rule.release()
             row.planner.rule = ForcedPad(row.planner.rule, self.pad)
 
     def _needs_more(self, row: Row, horizon: int | None) -> bool:
@@ -309,6 +314,9 @@ class BatchDecoder:
         keep = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
         if len(keep) == len(self.live):
             return
+        for i in sorted(set(range(len(self.live))) - set(keep)):
+            if not self._forced(self.live[i]):  # a forced row released its rule when it stopped
+                self.live[i].planner.rule.release()
         self.live = [self.live[i] for i in keep]
         if not keep:
             return

@@ -144,6 +144,22 @@ def processor_options() -> st.SearchStrategy[dict]:
     )
 
 
+def sampling_options() -> st.SearchStrategy[dict]:
+    """``generate`` keywords for ``do_sample=True``: a temperature and any of top-k, top-p,
+    min-p and typical-p (each a warper ``generate`` builds), with or without the processors
+    of :func:`processor_options`."""
+    warpers = st.fixed_dictionaries(
+        {"temperature": st.sampled_from([0.6, 1.0, 1.5])},
+        optional={
+            "top_k": st.integers(2, 20),
+            "top_p": st.sampled_from([0.5, 0.8, 0.95]),
+            "min_p": st.sampled_from([0.05, 0.2]),
+            "typical_p": st.sampled_from([0.5, 0.9]),
+        },
+    )
+    return st.tuples(warpers, processor_options()).map(lambda parts: {**parts[0], **parts[1]})
+
+
 def cases(tokens: st.SearchStrategy[int], max_new: int = 32, eos: st.SearchStrategy | None = None,
           config: st.SearchStrategy[LookaheadConfig] | None = None) -> st.SearchStrategy[dict]:
     """One comparison: ``{"prompt": [ids], "config", "max_new_tokens", "eos_token_id", "options"}``

@@ -12,6 +12,7 @@ from typing import Iterator
 
 import torch
 
+from lookahead.noise import NoiseStream
 from lookahead.tree import GuessTree
 
 
@@ -51,34 +52,60 @@ class GreedyRule:
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
         return Pick(int(scores.argmax(-1)), raw, scores)
 
+    def report(self, node: int, sequence: torch.Tensor) -> Pick:
+        """The pick at ``node`` (greedy draws nothing, so reporting is picking)."""
+        return self(node, sequence, [])
+
+    def release(self) -> None:
+        """Nothing to free: greedy keeps no per-row state."""
+
 
 class SamplingRule:
-    """Exact sampling, reproducible whatever the guesses: the exponential race (Gumbel max).
+    """Exact sampling that replays ``model.generate(do_sample=True)``'s random stream.
 
-    At each emitted position the token is ``argmax(log p(x) - log E_x)`` with fresh
-    ``E_x ~ Exp(1)`` per vocabulary entry, which is distributed exactly as p (the processed
-    distribution at that prefix). A guessed child is accepted when it is that token, so a
-    draft x is accepted with probability p(x), as under speculative sampling with one-hot
-    drafts, and with several children the walk goes on along whichever one matches.
+    ``generate`` emits ``torch.multinomial(softmax(scores), 1)``, which for one sample is the
+    exponential race ``argmax(p / q)`` over fresh ``q ~ Exp(1)`` per vocabulary entry, a draw
+    distributed exactly as ``p`` (the processed distribution at that prefix). This rule runs
+    the same race with the same ``q``: a row's t-th emitted token reads its row of block t of
+    a :class:`~lookahead.noise.NoiseStream`, the block ``generate`` draws at its step t. So
+    under one seed the tokens are ``generate``'s, up to fp32 rounding of a many-token forward
+    moving a token across a near-tie of the race.
 
-    One noise vector is drawn per emitted token, never per guess: under a seed the output
-    is the same for every window, guess or shape setting.
+    A guessed child is accepted when it is the emitted token, so a draft x is accepted with
+    probability p(x), as under speculative sampling with one-hot drafts. One noise row is read
+    per emitted token, never per guess: the output is the same for every window, guess or
+    shape setting.
     """
 
-    def __init__(self, processors, generator: torch.Generator | None = None):
+    def __init__(self, processors, generator: torch.Generator | None = None, noise: NoiseStream | None = None,
+                 row: int = 0):
         self.processors = processors
         self.generator = generator
+        self.noise = noise if noise is not None else NoiseStream(1, generator)
+        self.row = row  # this rule's row of the noise stream (its batch slot)
+        self.emitted = 0  # tokens emitted so far: the noise step of the next one
         self._logits: torch.Tensor | None = None
 
     def start(self, logits: torch.Tensor) -> None:
         self._logits = logits
 
-    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
+    def report(self, node: int, sequence: torch.Tensor) -> Pick:
+        """The raw and processed rows at ``node``, emitting nothing (no noise is read)."""
         raw = self._logits[node: node + 1].float()
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
-        noise = torch.empty_like(scores).exponential_(generator=self.generator)
-        token = int((torch.log_softmax(scores, dim=-1) - noise.log()).argmax(-1))
-        return Pick(token, raw, scores)
+        return Pick(-1, raw, scores)
+
+    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
+        pick = self.report(node, sequence)
+        noise = self.noise.take(self.row, self.emitted, pick.scores)
+        self.emitted += 1
+        # multinomial's own arithmetic: float32 softmax, divided by the noise, first argmax
+        pick.token = int((torch.softmax(pick.scores, dim=-1) / noise).argmax(-1))
+        return pick
+
+    def release(self) -> None:
+        """This rule emits no more tokens."""
+        self.noise.release(self.row)
 
 
 def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]]:

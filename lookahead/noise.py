@@ -1,0 +1,84 @@
+"""transformers' random stream for sampling, replayed for rows that advance at different rates.
+
+``model.generate(do_sample=True)`` draws each step's tokens with
+``torch.multinomial(softmax(scores), 1)`` over the whole batch. For one sample per row ATen
+fills a tensor shaped like the probabilities, ``[B, V]`` float32, with ``Exp(1)`` draws from the
+generator and returns ``argmax(p / q)`` per row (the exponential race: distributed exactly as
+``p``). So step t of ``generate`` reads block t of a stream of ``[B, V]`` exponential blocks,
+row b reading its row of it.
+
+Lookahead rows emit several tokens per step and not in lockstep: row 0 may need its 7th token
+while row 1 needs its 4th. The stream draws block t, whole, when the first row needs it (so the
+generator is consumed block by block, exactly as ``generate`` consumes it) and drops it when
+every row still decoding has read past it. Memory: ``(lead + 1) x B x V`` floats, ``lead``
+being how many tokens the fastest row is ahead of the slowest live one::
+
+    step t:      0   1   2   3   4   5
+    row 0 reads  x   x   x   x   x   .     next = 5
+    row 1 reads  x   x   x   .   .   .     next = 3
+    kept blocks          3   4             (0..2 read by both: dropped)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+
+class NoiseStream:
+    """Blocks of ``Exp(1)`` noise ``[rows, V]``, drawn in order from ``generator``.
+
+    Args:
+        rows: the batch size ``generate`` would sample for (finished rows included: its
+            draws are always ``[B, V]``).
+        generator: a ``torch.Generator``, or ``None`` for the device's default one (what
+            ``torch.manual_seed`` seeds and ``generate`` uses).
+    """
+
+    def __init__(self, rows: int, generator: torch.Generator | None = None):
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        self.rows = rows
+        self.generator = generator
+        self._blocks: deque[torch.Tensor] = deque()
+        self._first = 0  # the step of _blocks[0]
+        self._next = [0] * rows  # the step each row reads next
+        self._live = [True] * rows
+
+    @property
+    def drawn(self) -> int:
+        """How many blocks were drawn from the generator so far."""
+        return self._first + len(self._blocks)
+
+    @property
+    def held(self) -> int:
+        """How many blocks are kept now."""
+        return len(self._blocks)
+
+    def take(self, row: int, step: int, like: torch.Tensor) -> torch.Tensor:
+        """Row ``row`` of block ``step`` as ``[1, V]``; ``like`` (``[1, V]`` scores) gives the
+        vocabulary size, dtype and device of new blocks. Each row reads its steps in order."""
+        if not self._live[row]:
+            raise RuntimeError(f"row {row} of the noise stream was released")
+        if step < self._next[row]:
+            raise RuntimeError(f"row {row} asked for step {step} again (next unread: {self._next[row]})")
+        while self.drawn <= step:
+            block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
+            self._blocks.append(block.exponential_(generator=self.generator))
+        noise = self._blocks[step - self._first][row: row + 1]
+        self._next[row] = step + 1
+        self._drop()
+        return noise
+
+    def release(self, row: int) -> None:
+        """Row ``row`` reads no more: the blocks only it still needed can go."""
+        self._live[row] = False
+        self._drop()
+
+    def _drop(self) -> None:
+        live = [n for n, alive in zip(self._next, self._live, strict=True) if alive]
+        low = min(live) if live else self.drawn
+        while self._blocks and self._first < low:
+            self._blocks.popleft()
+            self._first += 1
