@@ -181,3 +181,32 @@ def test_replayed_noise_decides_every_token_generate_sampled(rows):
             assert race_gap(model, prefix, (chosen, chosen), 8, t, rows, r) == 0.0
             other = (chosen + 1) % logits.shape[-1]
             assert race_gap(model, prefix, (chosen, other), 8, t, rows, r) > TIE_GAP
+
+
+def test_bench_checks_seeded_samples_and_names_a_planted_difference(monkeypatch):
+    """``bench --sample`` compares the seed-exact methods with seeded ``generate`` token for
+    token (prompt lookup's speculative sampling is not compared), and a sampler that reads the
+    wrong noise is a mismatch whose race gap is far from a rounding tie."""
+    from lookahead.bench import methods, report, runner
+    from lookahead.bench.prompts import Prompt
+
+    def wrong_noise(model, input_ids, settings):  # lookahead, after one stray draw
+        torch.rand(1)
+        return methods.run_lookahead(model, input_ids, settings)
+
+    monkeypatch.setitem(methods.METHODS, "planted", wrong_noise)
+    monkeypatch.setattr(methods, "SEED_EXACT", (*methods.SEED_EXACT, "planted"))
+    model = tiny_model("llama", "sdpa")
+    settings = dict(max_new_tokens=24, do_sample=True, temperature=0.8, top_p=0.9, pad_token_id=PAD, seed=4)
+    variants = [runner.Variant(m, m, methods.Settings(**settings))
+                for m in ("greedy", "lookahead", "prompt-lookup", "planted")]
+    encoded = [[5, 6, 7, 8] * 3, [9, 4, 9, 4, 11, 3, 3]]
+    prompts_ = [Prompt(f"p{i}", token_ids=ids) for i, ids in enumerate(encoded)]
+    records, skipped = runner.run(model, prompts_, encoded, variants, progress=False)
+    assert not skipped
+    doc = report.document({}, records, [v.label for v in variants], methods.BASELINE, exactness=True)
+    assert doc["methods"]["lookahead"]["mismatches"] == 0
+    assert doc["methods"]["prompt-lookup"]["mismatches"] is None  # not seed-exact: not compared
+    assert doc["methods"]["planted"]["mismatches"] == 2 and doc["methods"]["planted"]["ties"] == 0
+    planted = [r for r in records if r.label == "planted"]
+    assert all(r.tie_margin is not None and r.tie_margin > runner.TIE_MARGIN for r in planted), [(r.first_mismatch, r.tie_margin, len(r.result.tokens)) for r in planted]

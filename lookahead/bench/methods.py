@@ -50,6 +50,17 @@ class Settings:
             kwargs["pad_token_id"] = self.pad_token_id
         return kwargs
 
+    def warpers(self):
+        """The processors ``generate`` builds for this sampling request (what the race samples from)."""
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        warpers = LogitsProcessorList()
+        if self.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(self.top_p))
+        return warpers
+
     def lookahead_config(self, method: str):
         import lookahead
 
@@ -201,6 +212,8 @@ METHODS = {
     "suffix-global": run_suffix_global,
 }
 ENGINE_METHODS = ("lookahead", "jacobi")
+# seeded, these sample model.generate's own tokens (prompt lookup's speculative sampling does not)
+SEED_EXACT = ("greedy", "lookahead", "jacobi")
 SUFFIX_METHODS = ("suffix", "suffix-global")  # need benchmarks/build_suffix_decoding.sh
 BASELINE = "greedy"
 

@@ -77,6 +77,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
     known = [r for r in rows if r.steps is not None and r.accepted_steps is not None]
     steps = sum(r.steps for r in known)
     mismatched = [r for r in records if r.label == label and r.first_mismatch is not None]
+    checked = exactness and all(r.checked for r in records if r.label == label)
     ties = [r for r in mismatched if r.tie_margin is not None and r.tie_margin < TIE_MARGIN]
     return {
         "new_tokens": new,
@@ -88,8 +89,8 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "median_speedup": statistics.median(speedups) if speedups else None,
         "acceptance_rate": _ratio(sum(r.accepted_steps for r in known), steps) if known and steps else None,
         "overhead_share": max(1.0 - forward_s / wall, 0.0) if wall else None,
-        "mismatches": len(mismatched) if exactness else None,
-        "ties": len(ties) if exactness else None,  # of the mismatches, rounding ties
+        "mismatches": len(mismatched) if checked else None,
+        "ties": len(ties) if checked else None,  # of the mismatches, rounding ties
         # extra keys (documented, not part of the stable set)
         "prompts": len(rows),
         "forward_s": forward_s,

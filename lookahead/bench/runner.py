@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from lookahead.bench import methods
 from lookahead.bench.prompts import Prompt
+from lookahead.race import TIE_GAP, race_gap
 
 WARMUP_TOKENS = 16
 
@@ -36,9 +37,11 @@ class Record:
     prompt_tokens: int
     result: methods.RunResult
     first_mismatch: int | None = None
-    # the baseline's gap between its two best logits where this record first differs: a gap
-    # of a few float rounding steps is a tie that any change of shapes may break
+    # where this record first differs, the baseline's gap between its two best logits (greedy)
+    # or between the two tokens' values in the seeded sampling race: a gap of a few float
+    # rounding steps is a tie that any change of shapes may break
     tie_margin: float | None = None
+    checked: bool = True  # compared with the baseline (sampling: only seed-exact methods are)
 
 
 def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str],
@@ -94,12 +97,15 @@ def run(
     records: list[Record] = []
     total = len(groups) * len(variants) * repeats
     with tqdm(total=total, desc="bench", unit="run", disable=not progress, file=sys.stderr) as bar:
+        checked = {v.label for v in variants if not v.settings.do_sample or v.method in methods.SEED_EXACT}
         for i, (prompt_id, input_ids, mask) in enumerate(groups):
             runs = _round(model, prompt_id, input_ids, mask, variants, i, repeats, skipped, bar)
-            row = [Record(prompt_id, label, input_ids.shape[1], _median_run(rs)) for label, rs in runs.items()]
+            row = [Record(prompt_id, label, input_ids.shape[1], _median_run(rs), checked=label in checked)
+                   for label, rs in runs.items()]
             if check_exact and baseline is not None:
                 _mark_mismatches(row, baseline, bar)
-                _measure_ties(model, row, baseline, input_ids, mask)
+                base = next((v.settings for v in variants if v.label == baseline), None)
+                _measure_ties(model, row, baseline, input_ids, mask, base, i)
             records.extend(row)
     return [r for r in records if r.label not in skipped], skipped
 
@@ -160,7 +166,7 @@ def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:
     if reference is None:
         return
     for record in row:
-        if record is reference:
+        if record is reference or not record.checked:
             continue
         record.first_mismatch = first_difference(record.result.tokens, reference.result.tokens)
         if record.first_mismatch is not None:
@@ -170,13 +176,15 @@ def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:
             )
 
 
-TIE_MARGIN = 1e-4  # logits closer than this are a rounding tie (fp32 steps are ~1e-6 here)
+TIE_MARGIN = TIE_GAP  # logits (or race values) closer than this are a rounding tie (fp32 steps are ~1e-6 here)
 
 
 @torch.inference_mode()
-def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tensor, mask) -> None:
-    """Set ``tie_margin`` of each mismatched record: the baseline's top-2 logit gap at the
-    first differing token, from one forward of that row's prompt and baseline tokens."""
+def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tensor, mask,
+                  settings: methods.Settings | None = None, index: int = 0) -> None:
+    """Set ``tie_margin`` of each mismatched record at its first differing token, from one
+    forward of that row's prompt and baseline tokens: greedy's top-2 logit gap, or (sampling)
+    the race gap between the two tokens under the round's seed (``lookahead.race``)."""
     reference = next((r for r in row if r.label == baseline), None)
     for record in row:
         if record is reference or reference is None or record.first_mismatch is None:
@@ -187,6 +195,14 @@ def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tens
             continue
         prompt = input_ids[r][mask[r].bool()] if mask is not None else input_ids[r]
         done = reference.result.tokens[r * per_row: r * per_row + t]
-        ids = torch.cat([prompt, prompt.new_tensor(done)])[None]
-        top = model(input_ids=ids).logits[0, -1].float().topk(2).values
+        prefix = torch.cat([prompt, prompt.new_tensor(done)])
+        if settings is not None and settings.do_sample:
+            at = record.first_mismatch
+            if at >= min(len(record.result.tokens), len(reference.result.tokens)):
+                continue  # one stopped where the other went on: no race to compare
+            tokens = (reference.result.tokens[at], record.result.tokens[at])
+            record.tie_margin = race_gap(model, prefix, tokens, settings.seed + index, t,
+                                         rows=input_ids.shape[0], row=r, processors=settings.warpers())
+            continue
+        top = model(input_ids=prefix[None]).logits[0, -1].float().topk(2).values
         record.tie_margin = float(top[0] - top[1])
