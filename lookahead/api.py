@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import DynamicCache, StaticCache
 from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
@@ -20,6 +20,7 @@ from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported, check_model, check_request
 from lookahead.noise import NoiseStream
+from lookahead.static import StaticSteps, full_static_cache
 from lookahead.verify import GreedyRule, SamplingRule
 
 
@@ -187,6 +188,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
                           f"{cache.get_seq_length()} tokens")
     if cache is None:  # generate makes none for a config with use_cache=False; decoding needs one
         model_kwargs["cache"] = DynamicCache(config=model.config)
+    static = _static_steps(model, input_ids, model_kwargs, generation_config, config)
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     if generation_config.do_sample:
@@ -208,7 +210,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     try:
         seq = lookahead_decode(
             model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
-            pool=lookahead_pool, costs=costs,
+            pool=lookahead_pool, costs=costs, static=static,
             streamer=streamer, keep_scores=keep_scores, keep_logits=keep_logits, **model_kwargs,
         )
     finally:
@@ -216,6 +218,30 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
             streamer.end()
     return _output(generation_config, stats, started, seq.ids.clone(), seq.scores, seq.logits,
                    model_kwargs.get("cache"))
+
+
+def _static_steps(model, input_ids, model_kwargs: dict, generation_config, config: LookaheadConfig):
+    """Steps on a ``StaticCache`` when ``generate`` prepared one (``cache_implementation="static"``
+    or a ``StaticCache`` passed in), compiled where ``generate`` would compile its forward; else None.
+
+    The cache ``generate`` made holds ``max_length`` entries and sliding layers as ring buffers;
+    lookahead replaces it by one with room for its widest step and full-length layers
+    (lookahead.static), which ``model_kwargs["cache"]`` then holds.
+    """
+    given = model_kwargs.get("cache")
+    if not isinstance(given, StaticCache):
+        return None
+    if input_ids.shape[0] > 1:
+        warnings.warn("lookahead decodes batches on a DynamicCache for now (same tokens); the static cache "
+                      "generate prepared is not used", stacklevel=4)
+        model_kwargs["cache"] = DynamicCache(config=model.config)
+        return None
+    cache = full_static_cache(model, generation_config.max_length + max(config.static_buckets))
+    model_kwargs["cache"] = cache
+    compiled = None
+    if model._valid_auto_compile_criteria({"cache": cache}, generation_config):
+        compiled = model.get_compiled_call(generation_config.compile_config)
+    return StaticSteps(model, cache, compiled, config.static_buckets)
 
 
 def _output(generation_config, stats: LookaheadStats, started: float, sequences, scores, logits, cache):

@@ -55,6 +55,9 @@ class LookaheadConfig:
             window), the copy guess alone and plain decoding, by the tokens each has accepted
             per unit of calibrated forward cost on this model and machine, so decoding backs
             off where guesses stop paying. Only for ``method="lookahead"``.
+        static_buckets: on a ``StaticCache`` (``cache_implementation="static"``) every step is
+            padded to the smallest of these sizes that holds it, so a compiled forward meets one
+            shape per bucket (wider steps run uncompiled). Increasing ints in [1, 1024].
         on_unsupported: what to do with a model whose attention cannot take the lookahead mask:
             ``"error"`` raises ``NotImplementedError``; ``"fallback"`` warns and runs plain
             ``model.generate``.
@@ -71,6 +74,7 @@ class LookaheadConfig:
     copy_match: int = 2
     successors: int = 2
     adaptive: bool = True
+    static_buckets: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
     on_unsupported: str = "error"
 
     def __post_init__(self) -> None:
@@ -91,6 +95,13 @@ class LookaheadConfig:
         for flag in ("prompt_ngrams", "adaptive"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"LookaheadConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
+        buckets = self.static_buckets
+        if not isinstance(buckets, tuple) or not buckets:
+            raise TypeError(f"LookaheadConfig.static_buckets must be a non-empty tuple of ints, got {buckets!r}")
+        for b in buckets:
+            _check_int("static_buckets item", b, 1, 1024)
+        if list(buckets) != sorted(set(buckets)):
+            raise ValueError(f"LookaheadConfig.static_buckets must be strictly increasing, got {buckets!r}")
         if self.method == "jacobi" and self.window == 0:
             raise ValueError("LookaheadConfig.window must be >= 1 with method='jacobi', got 0")
 

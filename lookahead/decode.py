@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicCache
 
 from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
@@ -16,6 +17,7 @@ from lookahead.costmodel import CostCurve
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
 from lookahead.recycle import SuccessorTable
+from lookahead.static import StaticSteps
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
 from lookahead.tree import GuessTree
@@ -114,8 +116,9 @@ class Decoder:
     """State of one lookahead generation over a batch of one sequence."""
 
     def __init__(self, model, config: LookaheadConfig, rule, cache, stats: LookaheadStats,
-                 pool: NgramPool | None = None, costs: CostCurve | None = None):
+                 pool: NgramPool | None = None, costs: CostCurve | None = None, static: StaticSteps | None = None):
         self.model = model
+        self.static = static  # steps on a StaticCache (``cache`` is then ``static.cache``)
         self.config = config
         self.rule = rule
         self.cache = cache
@@ -137,32 +140,42 @@ class Decoder:
         self.lean_mask: StepMask | None = None  # root + guesses
 
     def forward(self, **inputs) -> torch.Tensor:
+        return self._timed(lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits[0])
+
+    def _timed(self, fn, *args) -> torch.Tensor:
+        """``fn(*args)`` (a forward's logits), counted and timed in the stats."""
         started = time.perf_counter()
-        out = self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs)
+        logits = fn(*args)
         self.stats.forward_s += time.perf_counter() - started
         self.stats.forwards += 1
         self.stats.row_forwards += 1
-        return out.logits[0]
+        return logits
 
     def prefill(self, seq: Sequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
         keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
         logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids,
                               **keep_last)
-        check_cache(self.cache)
-        prepare_cache(self.cache)
+        if self.static is None:
+            check_cache(self.cache)
+            prepare_cache(self.cache)
         keep = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
         self.past_keep = keep
         prompt = np.asarray(seq.tokens, dtype=np.int64)[keep.cpu().numpy()]
         self.rule.start(logits[-1:])
         seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
         self.position = int(position_ids[0, -1]) + 1
-        windows, self.layer_index = attention_groups(self.model, self.cache)
+        # static layers are all full length: the windows come from the config (see static.py)
+        windows, self.layer_index = attention_groups(
+            self.model, self.cache if self.static is None else DynamicCache(config=self.model.config))
         # a lone root over an unpadded cache with full attention needs no mask of ours: the
         # model's own causal mask is the same, and building ours costs more than plain decoding
-        self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values())
+        self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values()) and self.static is None
         self.seed(prompt, windows, logits.shape[-1], logits.device)
         self.learn_text(seq, 1)
+        if self.static is not None:
+            self.static.warm_up(seq.ids[0, -1], self.position, len(seq.tokens) - 1, windows, self.model.dtype,
+                                logits.device)
 
     def seed(self, prompt: np.ndarray, windows: dict, vocab: int, device,
              successors: SuccessorTable | None = None) -> None:
@@ -185,14 +198,20 @@ class Decoder:
         window = self.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
         step = self._layout(seq, window, past_len, guess=shape != PLAIN, copy_only=shape == COPY)
-        logits = self.forward(input_ids=step.ids, attention_mask=step.mask,
-                              position_ids=(self.position + step.offsets)[None])
+        positions = (self.position + step.offsets)[None]
+        if self.static is not None:
+            logits = self._timed(self.static.forward, step.ids, positions, step.mask, past_len)
+        else:
+            logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=positions)
         if self.successors is not None:
             self.successors.update(step.ids[0], logits)
         keep = self.accept(seq, step.tree, logits)
         accepted = len(keep)
         self._record(shape, step, seq.tokens[-accepted:])
-        commit(self.cache, past_len, step.ids.shape[1], torch.tensor(keep, device=logits.device))
+        if self.static is not None:
+            self.static.commit(past_len, keep)
+        else:
+            commit(self.cache, past_len, step.ids.shape[1], torch.tensor(keep, device=logits.device))
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
         self.learn(seq, logits, window is not None, accepted, last)
@@ -215,7 +234,8 @@ class Decoder:
             ids = seq.ids[:, -1:]
             return Layout(ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
         tree, tokens, cands, origins = self.plan(seq, window, guess, copy_only)
-        sizes = {name: (held_from(self.cache.layers[i], past_len), past_len) for name, i in self.layer_index.items()}
+        sizes = {name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
+                 for name, i in self.layer_index.items()}
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
         ids = torch.tensor([tokens], device=seq.ids.device)
@@ -365,15 +385,16 @@ def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:
 
 def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, streamer=None,
                      attention_mask=None, position_ids=None, cache=None, keep_scores=False,
-                     keep_logits=False, costs: CostCurve | None = None) -> Sequence:
+                     keep_logits=False, costs: CostCurve | None = None, static: StaticSteps | None = None) -> Sequence:
     """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop.
 
-    ``costs`` prices the step shapes for the adaptive controller (proportional when None).
+    ``costs`` prices the step shapes for the adaptive controller (proportional when None);
+    ``static`` runs the steps on its ``StaticCache`` (then ``cache`` is ``static.cache``).
     """
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
     seq = Sequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
-    decoder = Decoder(model, config, rule, cache, stats, pool, costs)
+    decoder = Decoder(model, config, rule, cache, stats, pool, costs, static)
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:
         decoder.step(seq)

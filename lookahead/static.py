@@ -1,0 +1,140 @@
+"""Lookahead steps on a ``StaticCache``: fixed shapes, so the forward can be compiled once per bucket.
+
+A static layer preallocates ``[1, H, M, D]`` and writes a forward's q entries at its own
+counter (``cumulative_length``) plus ``arange(q)``. A step therefore runs with the counter at
+the committed length L, and writes ``[root | window | draft | filler]`` at ``L .. L+b-1``. The
+commit copies the accepted nodes' entries down to ``L .. L+k-1`` (one ``index_copy_`` per
+layer, none when they already sit there) and sets the counter to ``L + k``; what lies beyond
+stays in the buffer, masked, until a later step overwrites it.
+
+Every layer is a full-length ``StaticLayer``, sliding-window ones included: a static sliding
+layer is a ring buffer, which cannot roll a step back, so windows are applied by position in
+the mask (as the batch decoder does).
+
+A step of q tokens is padded to the smallest bucket b >= q (1, 4, 8, 16, 32, 64 by default)
+with filler tokens that see only themselves, so a compiled forward (``dynamic=False``) meets
+one shape per bucket. The mask always spans the whole cache: ``[1, 1, b, M]``::
+
+    keys:   0 .. L-1      L .. L+q-1   L+q .. L+b-1   L+b .. M-1
+    step    committed     the step's   (filler)       stale / free
+    rows    (as built)    tree mask    blocked        blocked
+    filler  blocked       blocked      itself only    blocked
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers.cache_utils import StaticCache, StaticLayer
+
+BUCKETS = (1, 4, 8, 16, 32, 64)
+
+
+def full_static_cache(model, max_len: int) -> StaticCache:
+    """A ``StaticCache`` of ``max_len`` entries whose layers all keep full length."""
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    cache.layers = [StaticLayer(max_cache_len=max_len) for _ in cache.layers]
+    return cache
+
+
+def bucket_for(q: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket holding q tokens, or q itself past the largest (run uncompiled)."""
+    return next((b for b in buckets if b >= q), q)
+
+
+class StaticSteps:
+    """Runs and commits one sequence's steps on a full-length ``StaticCache``.
+
+    Args:
+        model: the causal LM (batch of one row).
+        cache: from :func:`full_static_cache`, already holding the prefill.
+        compiled: the forward to use for bucketed steps (``model.get_compiled_call(...)``), or
+            ``None`` for the eager ``model``.
+        buckets: step sizes a compiled forward is built for.
+    """
+
+    def __init__(self, model, cache: StaticCache, compiled=None, buckets: tuple[int, ...] = BUCKETS):
+        self.model = model
+        self.cache = cache
+        self.compiled = compiled
+        self.buckets = tuple(sorted(buckets))
+        self.max_len = cache.layers[0].max_cache_len
+        self.graphs: set[int] = set()  # the bucket sizes run through the compiled forward
+        self.warmup_s = 0.0
+
+    def room(self, past_len: int) -> int:
+        """Entries left after ``past_len`` committed ones."""
+        return self.max_len - past_len
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask, past_len: int) -> torch.Tensor:
+        """Logits ``[q, V]`` of the step ``ids`` (long ``[1, q]``) at ``positions`` (``[1, q]``)
+        under ``mask`` (``[1, 1, q, past_len + q]``, or a dict of them per attention kind)."""
+        q = ids.shape[1]
+        b = bucket_for(q, self.buckets)
+        if past_len + b > self.max_len:
+            raise RuntimeError(f"static cache of {self.max_len} entries cannot take a {b}-token step after "
+                               f"{past_len}")
+        if b > q:  # filler: copies of the root at its position
+            ids = torch.cat([ids, ids[:, :1].expand(1, b - q)], dim=1)
+            positions = torch.cat([positions, positions[:, :1].expand(1, b - q)], dim=1)
+        full = {name: self._full_mask(m, past_len, q, b) for name, m in mask.items()} if isinstance(mask, dict) \
+            else self._full_mask(mask, past_len, q, b)
+        forward = self.model
+        if self.compiled is not None and b in self.buckets:
+            forward = self.compiled
+            self.graphs.add(b)
+        out = forward(input_ids=ids, attention_mask=full, position_ids=positions, cache=self.cache,
+                      use_cache=True, return_dict=True)
+        return out.logits[0, :q]
+
+    def _full_mask(self, mask: torch.Tensor, past_len: int, q: int, b: int) -> torch.Tensor:
+        blocked = torch.finfo(mask.dtype).min
+        full = torch.full((1, 1, b, self.max_len), blocked, dtype=mask.dtype, device=mask.device)
+        full[:, :, :q, : past_len + q] = mask
+        if b > q:
+            filler = torch.arange(q, b, device=mask.device)
+            full[0, 0, filler, past_len + filler] = 0.0
+        return full
+
+    def commit(self, past_len: int, keep: list[int]) -> None:
+        """Keep the step entries at ``keep`` (increasing, starting at the root's 0) as the
+        entries ``past_len .. past_len + k - 1``; the counter moves to ``past_len + k``."""
+        k = len(keep)
+        moved = keep[-1] != k - 1
+        if moved:
+            device = self.cache.layers[0].keys.device
+            dst = torch.arange(past_len, past_len + k, device=device)
+            src = torch.tensor(keep, device=device) + past_len
+        for layer in self.cache.layers:
+            if not layer.is_initialized:
+                continue
+            if moved:
+                d, s = dst.to(layer.keys.device), src.to(layer.keys.device)
+                layer.keys.index_copy_(2, d, layer.keys.index_select(2, s))
+                layer.values.index_copy_(2, d, layer.values.index_select(2, s))
+            layer.cumulative_length.fill_(past_len + k)
+
+    def warm_up(self, root: torch.Tensor, position: int, past_len: int, groups: dict, dtype, device) -> None:
+        """Compile every bucket now (a step of filler alone, then rolled back), so that no
+        decoding step waits for a compile; ``warmup_s`` is what it took. ``groups``: the
+        attention kinds (a mask per kind for hybrid models)."""
+        if self.compiled is None:
+            return
+        started = time.perf_counter()
+        blocked = torch.finfo(dtype).min
+        for b in self.buckets:
+            if past_len + b > self.max_len:
+                continue
+            mask = torch.full((1, 1, b, self.max_len), blocked, dtype=dtype, device=device)
+            steps = torch.arange(b, device=device)
+            mask[0, 0, steps, past_len + steps] = 0.0
+            ids = root.reshape(1, 1).expand(1, b)
+            positions = torch.full((1, b), position, dtype=torch.long, device=device)
+            masks = mask if list(groups) == [None] else dict.fromkeys(groups, mask)
+            self.compiled(input_ids=ids, attention_mask=masks, position_ids=positions, cache=self.cache,
+                          use_cache=True, return_dict=True)
+            self.graphs.add(b)
+            for layer in self.cache.layers:
+                layer.cumulative_length.fill_(past_len)
+        self.warmup_s += time.perf_counter() - started
