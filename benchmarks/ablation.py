@@ -59,12 +59,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    import transformers
 
-    from lookahead.bench import loading, methods, prompts, report, runner
+    from lookahead import loading
+    from lookahead.bench import methods, prompts, report, runner
+    from lookahead.cli.options import prepare_torch
 
-    torch.set_num_threads(args.threads)
-    transformers.logging.set_verbosity_error()
+    prepare_torch(args.threads)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS and n != "kept-pool"]
     if unknown:

@@ -260,3 +260,13 @@ def test_embedded_model_without_model_option(prompt_set, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["config"]["model"] == "default" and doc["config"]["n_prompts"] == 1
     assert doc["methods"]["greedy"]["new_tokens"] > 0
+
+
+def test_bench_json_dash_writes_the_document_to_stdout(tiny_model_dir, prompt_file, monkeypatch, capsys):
+    monkeypatch.setattr(lookahead, "generate", fake_engine, raising=False)
+    argv = bench(tiny_model_dir, prompt_file, "--limit", "1", "--methods", "lookahead", "--json", "-")
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # stdout holds the document alone; the table went to stderr
+    assert doc["config"]["command"] == "bench" and set(doc["methods"]) == {"greedy", "lookahead"}
+    assert "exactness: every method produced exactly greedy's tokens" in err

@@ -13,7 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import lookahead
-from lookahead import check, cli
+from lookahead import cli
+from lookahead.cli import check
 from tiny_models import tiny_model, tiny_tokenizer
 
 PROMPT = "def add(a, b):\n"
@@ -72,6 +73,16 @@ def test_generate_json_record_with_compare(embedded, capsys):
     cmp = rec["compare"]
     assert cmp["identical"] is True and cmp["first_difference"] is None
     assert cmp["plain_new_tokens"] == len(new) and cmp["speedup"] > 0
+
+
+@needs_embedded
+def test_generate_json_path_streams_and_writes_the_record(embedded, tmp_path, capsys):
+    path = tmp_path / "record.json"
+    assert cli.main(generate_argv(PROMPT, "--json", str(path))) == 0
+    out, err = capsys.readouterr()
+    new = greedy_new_tokens(embedded, PROMPT)
+    assert out == embedded[1].decode(new, skip_special_tokens=True) + "\n"  # still streamed
+    assert json.loads(path.read_text())["token_ids"] == new and f"wrote {path}" in err
 
 
 @needs_embedded
@@ -149,6 +160,23 @@ def test_check_without_hypothesis_says_what_to_install(tiny_dir, monkeypatch, ca
     monkeypatch.setitem(sys.modules, "hypothesis", None)  # `import hypothesis` now fails
     assert cli.main(["check", "--model", str(tiny_dir)]) == cli.EXIT_USAGE
     assert "pip install hypothesis" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])  # an empty tokenizer loads for gpt2, none for llama
+def test_check_without_a_tokenizer_draws_ids_from_the_vocab_size(family, tmp_path, capsys):
+    tiny_model(family).save_pretrained(tmp_path)
+    argv = ["check", "--model", str(tmp_path), "--examples", "3", "--max-new-tokens", "6"]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "ok: 3 examples (float32" in out and "drawing token ids from config.vocab_size (48)" in err
+
+
+def test_generate_without_a_tokenizer_says_it_needs_one(tmp_path, capsys):
+    tiny_model("llama").save_pretrained(tmp_path)
+    assert cli.main(["generate", "x", "--model", str(tmp_path)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("lookahead generate: error: ") and "tokenizer cannot be loaded" in err
+    assert err.count("\n") == 1
 
 
 CUSTOM_FILES = ["README.md", "custom_generate/generate.py", "custom_generate/requirements.txt"]

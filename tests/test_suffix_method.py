@@ -16,6 +16,7 @@ from tiny_models import tiny_model
 
 import lookahead
 from lookahead import cli
+from lookahead.cli import bench as bench_cli
 from lookahead.bench import methods, runner, suffix
 from lookahead.bench.prompts import Prompt
 
@@ -171,7 +172,7 @@ def test_without_the_extension_the_methods_are_unavailable(without_extension):
     for name, run in (("suffix", methods.run_suffix), ("suffix-global", methods.run_suffix_global)):
         with pytest.raises(methods.MethodUnavailable, match=f"^{name}: .*build_suffix_decoding.sh"):
             run(None, None, methods.Settings())
-    assert not set(cli._select_methods("all")) & set(methods.SUFFIX_METHODS)  # `--methods all` leaves them out
+    assert not set(bench_cli.select_methods("all")) & set(methods.SUFFIX_METHODS)  # `--methods all` leaves them out
     model = tiny_model("llama", "sdpa")
     variants = [runner.Variant(m, m, methods.Settings(max_new_tokens=4)) for m in ("greedy", "suffix")]
     records, skipped = runner.run(model, [Prompt("p", token_ids=PROMPT)], [PROMPT], variants, progress=False)

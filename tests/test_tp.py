@@ -22,7 +22,7 @@ import transformers as tf
 
 import lookahead
 from lookahead import cli, distributed
-from lookahead.bench import loading
+from lookahead import loading
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

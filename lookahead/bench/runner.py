@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from lookahead.bench import methods
 from lookahead.bench.prompts import Prompt
+from lookahead.exactness import first_difference
 
 WARMUP_TOKENS = 16
 
@@ -145,14 +146,6 @@ def _median_run(results: list[methods.RunResult]) -> methods.RunResult:
     """The run of median wall time (the lower middle one for an even count)."""
     ordered = sorted(results, key=lambda r: r.wall_s)
     return ordered[(len(ordered) - 1) // 2]
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first new token where ``a`` and ``b`` differ (a length difference counts)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:

@@ -7,23 +7,102 @@ compares ``lookahead.generate`` with ``model.generate(do_sample=False)``. A mism
 a minimal example, reported with the first differing position and plain decoding's top-2 score
 margin there, so that a reduced-precision near-tie can be told from a bug.
 
-Needs ``hypothesis`` (``pip install hypothesis``).
+Needs ``hypothesis`` (``pip install hypothesis``). From Python: ``run_check(model, tokenizer)``.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field, fields
 
 import torch
 
 import lookahead
+from lookahead import loading
+from lookahead.cli import options
+from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.config import LookaheadConfig
+from lookahead.exactness import dtype_name as _dtype_name
+from lookahead.exactness import first_difference, full_precision
 
-EXIT_OK, EXIT_MISMATCH = 0, 1
-FULL_PRECISION = (torch.float32, torch.float64)  # where any mismatch is a bug, not a rounding near-tie
+EPILOG = f"""\
+examples:
+  lookahead check                                        # embedded model, 30 examples
+  lookahead check --model ./my-model --dtype bfloat16 --examples 100 --seed 1
+
+A mismatch is shrunk to a minimal example and printed with the first differing position and
+plain decoding's top-2 score margin there (a tiny margin in bfloat16 is a rounding near-tie).
+{EXIT_CODES} (in bfloat16/float16 a mismatch exits 1 only with --strict)"""
 NEAR_TIE_STEPS = 8.0  # margins within this many rounding steps of the score are reported as near-ties
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "check",
+        help="property-check lookahead against model.generate on your model",
+        description=textwrap.fill(
+            "Compare lookahead.generate with model.generate(do_sample=False) on hypothesis-drawn prompts "
+            "(random and repetitive, from the model's vocabulary), LookaheadConfigs, EOS lists and logits "
+            "processors. Needs hypothesis (pip install hypothesis).",
+            88,
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    options.model_options(p)
+    p.add_argument("--examples", type=int, default=30, help="examples to draw (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="hypothesis seed (default: %(default)s)")
+    options.max_new_tokens_option(p, 32, help="most new tokens per example")
+    options.strict_option(p)
+    p.set_defaults(func=run_command, validate=_validate)
+
+
+def _validate(args) -> None:
+    options.validate(args)
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+
+
+def run_command(args) -> int:
+    try:
+        import hypothesis  # noqa: F401 - only to fail early with a clear message
+    except ImportError:
+        raise UsageError("lookahead check needs hypothesis: pip install hypothesis") from None
+    model, tokenizer = options.load_model(args, need_tokenizer=False)
+    meta = options.model_meta(args, model)
+    print(
+        f"lookahead check: {meta['model_name']} · {meta['dtype']} · {meta['device']} · "
+        f"{args.examples} examples, seed {args.seed}, up to {args.max_new_tokens} new tokens"
+    )
+    if not has_vocabulary(tokenizer, getattr(model.config, "vocab_size", None)):
+        print(f"note: no tokenizer with a vocabulary here; drawing token ids from config.vocab_size "
+              f"({getattr(model.config, 'vocab_size', None)}) instead", file=sys.stderr)
+    progress = _progress(args.examples)
+    try:
+        result = run_check(
+            model, tokenizer, examples=args.examples, seed=args.seed, max_new_tokens=args.max_new_tokens,
+            progress=progress,
+        )
+    except lookahead.Unsupported as err:
+        raise UsageError(f"lookahead cannot serve this model: {err}") from err
+    finally:
+        if progress is not None:
+            print(file=sys.stderr)
+    return report(result, strict=args.strict)
+
+
+def _progress(total: int):
+    """A counter on stderr when it is a terminal; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(runs: int) -> None:
+        print(f"\r  run {runs} (of {total} examples, more when shrinking)", end="", file=sys.stderr, flush=True)
+
+    return show
 
 
 @dataclass
@@ -71,7 +150,7 @@ class CheckResult:
 
     @property
     def full_precision(self) -> bool:
-        return self.dtype in FULL_PRECISION
+        return full_precision(self.dtype)
 
     def exit_status(self, strict: bool = False) -> int:
         """0 when every example matched; 1 for a crash, or a mismatch in float32/float64 (in
@@ -178,7 +257,7 @@ def compare(model, case: dict, pad_token_id: int | None) -> Mismatch | None:
     want, have = expected[0, n:].tolist(), got[0, n:].tolist()
     if want == have:
         return None
-    position = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+    position = first_difference(want, have)
     return Mismatch(
         case["prompt"], case["config"], kwargs, want, have, position,
         expected=want[position] if position < len(want) else None,
@@ -196,12 +275,45 @@ def _check_args(model, examples, seed, max_new_tokens) -> None:
         raise ValueError("model is in training mode (dropout makes decoding random); call model.eval() first")
 
 
+def has_vocabulary(tokenizer, vocab_size: int | None = None) -> bool:
+    """Whether ``tokenizer`` has an ordinary (not special) id below ``vocab_size``: transformers
+    builds a tokenizer of special tokens only for a folder without tokenizer files."""
+    if tokenizer is None:
+        return False
+    size = len(tokenizer) if vocab_size is None else min(len(tokenizer), int(vocab_size))
+    special = {int(t) for t in getattr(tokenizer, "all_special_ids", ()) or () if 0 <= int(t) < size}
+    return size - len(special) > 0
+
+
+def _special_ids(model) -> set[int]:
+    """The model's own bos/eos/pad ids (from its config and generation config)."""
+    ids = set()
+    for source in (model.config, getattr(model, "generation_config", None)):
+        for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(source, attr, None)
+            ids.update(value if isinstance(value, (list, tuple)) else [] if value is None else [value])
+    return {int(t) for t in ids}
+
+
+def _token_ids(model, tokenizer):
+    """The tokenizer's ordinary ids; without a usable tokenizer every id below ``config.vocab_size``
+    except the model's special ones."""
+    from lookahead import testing
+
+    vocab_size = getattr(model.config, "vocab_size", None)
+    if has_vocabulary(tokenizer, vocab_size):
+        return testing.vocabulary_ids(tokenizer, vocab_size)
+    if not vocab_size:
+        raise ValueError("lookahead check needs a tokenizer or the model's config.vocab_size to draw token ids from")
+    return testing.token_ids(0, int(vocab_size) - 1, exclude=_special_ids(model))
+
+
 def _cases(model, tokenizer, max_new_tokens: int):
     from hypothesis import strategies as st
 
     from lookahead import testing
 
-    tokens = testing.vocabulary_ids(tokenizer, getattr(model.config, "vocab_size", None))
+    tokens = _token_ids(model, tokenizer)
     eos = testing.eos_ids(tokens)
     model_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if model_eos is not None:  # the model's own EOS is special, so tokens never draws it
@@ -210,8 +322,6 @@ def _cases(model, tokenizer, max_new_tokens: int):
 
 
 def _pad_token_id(model, tokenizer) -> int | None:
-    from lookahead.bench import loading
-
     return loading.pad_token_id(model, tokenizer)
 
 
@@ -296,7 +406,3 @@ def config_repr(config: LookaheadConfig) -> str:
     changed = [f"{f.name}={getattr(config, f.name)!r}" for f in fields(config)
                if getattr(config, f.name) != getattr(default, f.name)]
     return f"LookaheadConfig({', '.join(changed)})"
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")

@@ -1,4 +1,5 @@
-"""Loading the model under test: a local directory (or hub id), or the embedded default model."""
+"""Loading a model for the commands and the benchmark: a local directory (or hub id), or the
+embedded default model; optionally sharded over a torchrun job (``tp``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def load(
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
     tp: bool = False,
+    need_tokenizer: bool = True,
 ):
     """Return ``(model, tokenizer)`` in eval mode on ``device``.
 
@@ -48,11 +50,13 @@ def load(
     or ``None``/``"default"`` for the package's embedded model. ``tp``: shard it over the ranks
     of this torchrun job with transformers' tensor-parallel plan (each rank on its own device);
     ``ValueError`` outside torchrun, with a ``device``, or when the heads do not divide.
+    A folder whose tokenizer cannot be loaded is a one-line ``ValueError``, or, without
+    ``need_tokenizer``, gives ``tokenizer=None``.
     """
     torch_dtype = resolve_dtype(dtype)
     if tp:
         return _load_tensor_parallel(model, torch_dtype, device, allow_download, trust_remote_code,
-                                     attn_implementation)
+                                     attn_implementation, need_tokenizer)
     device = resolve_device(device)
     if model in (None, DEFAULT_MODEL):
         try:
@@ -66,31 +70,44 @@ def load(
         lm, tokenizer = load_default_model(**kwargs)
     else:
         lm, tokenizer = _load_pretrained(
-            model, torch_dtype, device, allow_download, trust_remote_code, attn_implementation
+            model, torch_dtype, device, allow_download, trust_remote_code, attn_implementation, need_tokenizer
         )
     return lm.eval(), tokenizer
 
 
 def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation,
-                     extra: dict | None = None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+                     need_tokenizer=True, extra: dict | None = None):
+    from transformers import AutoModelForCausalLM
 
     looks_local = os.path.isabs(path) or path.startswith((".", "~")) or os.path.exists(path)
     if looks_local and not os.path.isdir(os.path.expanduser(path)):
         raise FileNotFoundError(f"--model {path!r}: no such model directory")
     path = os.path.expanduser(path) if looks_local else path
     common = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
-    tokenizer = AutoTokenizer.from_pretrained(path, **common)
     kwargs = dict(common)
     if torch_dtype is not None:
         kwargs["dtype"] = torch_dtype
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    lm = AutoModelForCausalLM.from_pretrained(path, **kwargs, **(extra or {}))
+    lm = AutoModelForCausalLM.from_pretrained(path, **kwargs, **(extra or {}))  # first: a missing model says so
+    tokenizer = _load_tokenizer(path, common, need_tokenizer)
     return (lm.to(device) if device is not None else lm), tokenizer
 
 
-def _load_tensor_parallel(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation):
+def _load_tokenizer(path, common: dict, required: bool):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, **common)
+    except (OSError, ValueError) as err:
+        if not required:
+            return None
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"--model {path!r}: its tokenizer cannot be loaded ({reason}); this command needs one") from err
+
+
+def _load_tensor_parallel(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation,
+                          need_tokenizer=True):
     from transformers import AutoConfig
 
     from lookahead import distributed
@@ -106,7 +123,7 @@ def _load_tensor_parallel(path, torch_dtype, device, allow_download, trust_remot
                                         trust_remote_code=trust_remote_code)
     distributed.check_tp_shape(config, distributed.world_size())
     lm, tokenizer = _load_pretrained(path, torch_dtype, None, allow_download, trust_remote_code,
-                                     attn_implementation, extra=distributed.tp_load_kwargs())
+                                     attn_implementation, need_tokenizer, extra=distributed.tp_load_kwargs())
     return lm.eval(), tokenizer
 
 
@@ -124,10 +141,6 @@ def model_name(model: str | None) -> str:
 
 def model_dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def max_prompt_len(model, max_new_tokens: int, margin: int = 64) -> int | None:
