@@ -27,7 +27,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))  # tiny_models, strategies, ...
 
 # Every profile starts from Hypothesis' own defaults, not from whatever profile is loaded:
 # Hypothesis loads its built-in derandomized `ci` profile by itself whenever a `CI` variable

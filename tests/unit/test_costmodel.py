@@ -10,6 +10,7 @@ import torch
 import lookahead
 from lookahead import costmodel
 from lookahead.costmodel import CostCurve, cost_curve
+
 from tiny_models import tiny_model
 
 

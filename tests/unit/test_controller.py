@@ -7,6 +7,7 @@ import torch
 import lookahead
 from lookahead.controller import COPY, FULL, LEAN, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
+
 from tiny_models import tiny_model
 
 # a forward over k tokens costs 1 + 0.1 (k - 1) one-token forwards

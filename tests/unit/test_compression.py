@@ -9,7 +9,7 @@ were seen to pass the suite before (trie merge, window rows), a planted bug is c
 miss the floor.
 
 Measured with torch 2.13 on CPU, fp32 (see ``MEASURED``); if an intended change moves a
-number, re-measure with ``python tests/test_compression_floors.py`` and update it.
+number, re-measure with ``PYTHONPATH=tests/helpers python tests/unit/test_compression.py`` and update it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 import lookahead
 from lookahead import kernels
 from lookahead.decode import Decoder
+
 from tiny_models import tiny_model
 
 MARGIN = 0.9
@@ -203,6 +204,6 @@ def test_window_learning_from_shifted_rows_misses_the_floor(monkeypatch):
     assert compression("window") < MARGIN * MEASURED["window"]
 
 
-if __name__ == "__main__":  # re-measure: python tests/test_compression_floors.py
+if __name__ == "__main__":  # re-measure: PYTHONPATH=tests/helpers python tests/unit/test_compression.py
     torch.set_num_threads(2)
     print({case: round(compression(case), 3) for case in CASES})

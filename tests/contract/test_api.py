@@ -1,8 +1,11 @@
 """What ``lookahead.generate`` returns and does around the decoder, against ``model.generate``.
 
-Written against ``lookahead/api.py``'s mutation runs (docs/mutation.md): the output object,
-the fallback to plain ``generate``, the cost curve, the checks at both entry points, the
-batch path's arguments and the request shapes the other tests never build.
+The output object (scores, logits, cache: what ``generate`` would return), the fallback to
+plain ``generate`` (its counts, streaming, output object), the total time, when the cost curve
+is measured and that a given one drives the controller, the checks at both entry points
+(``input_ids`` by keyword, right padding, ``generate``'s own guessers, unknown model inputs),
+the batch path's arguments and request shapes the other tests never build (a one-token prompt,
+a single new token, a sliding model with ``use_cache`` off).
 """
 
 from __future__ import annotations

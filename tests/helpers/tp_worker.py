@@ -1,6 +1,6 @@
-"""Run by tests/test_tp.py under ``torchrun --nproc-per-node 2``: lookahead on tensor-parallel models.
+"""Run by tests/contract/test_tp.py under ``torchrun --nproc-per-node 2``: lookahead on tensor-parallel models.
 
-    torchrun --standalone --nproc-per-node 2 tests/tp_worker.py MODELS_DIR OUT_DIR
+    torchrun --standalone --nproc-per-node 2 tests/helpers/tp_worker.py MODELS_DIR OUT_DIR
 
 Every rank loads each model directory under MODELS_DIR with transformers' tensor-parallel plan,
 decodes with lookahead's default (adaptive) config, greedy and seeded sampling, through

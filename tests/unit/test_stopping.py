@@ -16,6 +16,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 
 import lookahead
 from lookahead.api import _stop_strings_to_criteria
+
 from strategies import configs, eos_ids, prompts
 from tiny_models import tiny_model, tiny_tokenizer
 

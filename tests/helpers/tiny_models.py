@@ -12,6 +12,7 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
               bos_token_id=1, eos_token_id=2, pad_token_id=0)
 SLIDING = 9  # shorter than the texts in the tests, so windows really slide
+SLIDING_FAMILIES = ("mistral", "qwen2", "qwen3", "phi3", "gemma2")  # the families built with sliding layers
 
 CONFIGS = {
     "llama": lambda: tf.LlamaConfig(**COMMON),

@@ -1,24 +1,99 @@
-"""The batch step's mask and cache moves, against the single-row mask and plain-Python copies.
+"""The step mask (``lookahead.mask``): what each fed token may attend to.
 
-A batch cache has one length for all rows: a row's committed entries sit among left padding
-and holes (entries of guesses a row did not accept while another row accepted more). The
-batch mask must show each row exactly what the single-row mask shows it over a cache without
-holes (``tests/mask_reference.py`` derives that one from first principles), and the cache
-moves must put every row's entries where the decoder says.
+A step feeds ``[root | Jacobi window | trie of guesses]`` at once. The single-row mask must
+equal a reference built from first principles (positions and ancestry,
+``tests/helpers/mask_reference.py``), apply a sliding window between the step's own tokens
+(not only against the cache), come in the model's dtype and on its device, and give hybrid
+models one mask per layer type. The batch mask must show each row exactly what the single-row
+mask shows it, over a cache with left padding and holes (entries of guesses a row did not
+accept while another row accepted more); ``stack_steps`` pads rows with fillers that see
+only themselves.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from transformers.cache_utils import DynamicCache
 
-from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.mask import StepMask, batch_masks, stack_steps
+from lookahead.tree import GuessTree
+
 from mask_reference import reference_mask
 from strategies import mask_cases
+from tiny_models import SLIDING, VOCAB
+
+
+
+tokens = st.integers(3, VOCAB - 1)
+
+
+@given(mask_cases())
+def test_step_mask_equals_the_reference(case):
+    levels, width, tree, window, past_len, kv_offset, past_keep = case
+    step = StepMask(levels, width, {None: window}, torch.float32, "cpu")
+    offsets, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
+    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
+    assert mask.shape == (1, 1, *expected.shape) and mask.dtype == torch.float32
+    blocked = torch.finfo(torch.float32).min
+    assert torch.all((mask == 0) | (mask == blocked))
+    assert ((mask[0, 0] == 0).numpy() == expected).all()
+    assert offsets.tolist()[: 1 + levels * width] == [0] + [1 + i + l for l in range(levels) for i in range(width)]
+
+
+@given(mask_cases(), st.integers(1, 7))
+def test_hybrid_models_get_one_mask_per_layer_type(case, window):
+    """Full and sliding layers (gemma2, qwen2 with max_window_layers) each get their own
+    mask, over the cache stretch their layers still hold."""
+    levels, width, tree, _, past_len, kv_offset, past_keep = case
+    groups = {"full_attention": None, "sliding_attention": window}
+    step = StepMask(levels, width, groups, torch.float32, "cpu")
+    sizes = {"full_attention": (0, past_len), "sliding_attention": (kv_offset, past_len)}
+    _, masks = step.build(tree, sizes, torch.tensor(past_keep, dtype=torch.bool))
+    assert set(masks) == set(groups)
+    for name, (offset, _) in sizes.items():
+        expected = reference_mask(levels, width, tree, groups[name], past_len, offset, past_keep)
+        assert ((masks[name][0, 0] == 0).numpy() == expected).all()
+
+
+@given(mask_cases())
+def test_step_mask_in_the_model_dtype(case):
+    """A bf16 model gets a bf16 mask whose blocked entries are bf16's most negative value."""
+    levels, width, tree, window, past_len, kv_offset, past_keep = case
+    step = StepMask(levels, width, {None: window}, torch.bfloat16, "cpu")
+    _, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
+    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
+    assert mask.dtype == torch.bfloat16
+    assert ((mask[0, 0] == 0).numpy() == expected).all()
+    assert (mask[0, 0][torch.from_numpy(~expected)] == torch.finfo(torch.bfloat16).min).all()
+
+
+def test_step_mask_lives_on_the_model_device():
+    """Positions and masks are built on the model's device (here torch's shape-only ``meta``
+    device, which any tensor left on the CPU would clash with)."""
+    tree = GuessTree.build(np.array([4, 5], dtype=np.int64), 1 + 2 * 2, np.array([[4, 6, 7], [8, -1, -1]]))
+    groups = {"full_attention": None, "sliding_attention": 3}
+    step = StepMask(2, 2, groups, torch.float16, "meta")
+    sizes = {"full_attention": (0, 6), "sliding_attention": (4, 6)}
+    offsets, masks = step.build(tree, sizes, torch.ones(6, dtype=torch.bool, device="meta"))
+    q = 1 + 2 * 2 + tree.size
+    assert offsets.device.type == "meta" and offsets.shape == (q,)
+    for name, (kv_offset, past_len) in sizes.items():
+        assert masks[name].device.type == "meta" and masks[name].dtype == torch.float16
+        assert masks[name].shape == (1, 1, q, past_len - kv_offset + q)
+
+
+def test_a_path_as_long_as_the_window_drops_the_root():
+    """The off-by-one the reference would also catch, spelled out: at depth ``SLIDING`` the
+    root is exactly ``SLIDING`` positions back, outside the window; one level up it is inside."""
+    chain = np.zeros(0, dtype=np.int64)
+    tree = GuessTree.build(chain, 1, np.arange(3, 3 + SLIDING, dtype=np.int64)[None])
+    step = StepMask(0, 0, {None: SLIDING}, torch.float32, "cpu")
+    _, mask = step.build(tree, {None: (0, 0)}, torch.zeros(0, dtype=torch.bool))
+    sees_root = (mask[0, 0, :, 0] == 0).tolist()
+    assert sees_root == [True] * SLIDING + [False]
 
 
 @st.composite
@@ -93,49 +168,6 @@ def test_stack_steps_pads_each_row_with_fillers_that_see_themselves(sizes, extra
         expected[:q] = False
         expected[:q, :q] = allowed[r]
         assert torch.equal(out_allowed[r], expected)
-
-
-def random_cache(rows: int, length: int, layers: int = 2) -> DynamicCache:
-    cache = DynamicCache()
-    for layer in range(layers):
-        cache.update(torch.randn(rows, 2, length, 3), torch.randn(rows, 2, length, 3), layer)
-    return cache
-
-
-def entries(cache: DynamicCache) -> list:
-    """Per layer, keys and values as nested lists ``[row][position][head][dim]``."""
-    return [[t.permute(0, 2, 1, 3).tolist() for t in (layer.keys, layer.values)] for layer in cache.layers]
-
-
-@given(rows=st.integers(1, 4), past_len=st.integers(0, 5), step=st.integers(1, 6), data=st.data())
-def test_commit_rows_moves_each_row_s_kept_entries(rows, past_len, step, data):
-    """Row r keeps step entries ``keep[r]`` (any indices, repeats allowed: holes repeat one)."""
-    m = data.draw(st.integers(1, step))
-    keep = data.draw(st.lists(st.lists(st.integers(0, step - 1), min_size=m, max_size=m), min_size=rows,
-                              max_size=rows))
-    cache = random_cache(rows, past_len + step)
-    before = entries(cache)
-    commit_rows(cache, past_len, torch.tensor(keep))
-    expected = [[[row[:past_len] + [row[past_len + k] for k in kept] for row, kept in zip(t, keep)] for t in layer]
-                for layer in before]
-    assert entries(cache) == expected
-
-
-@given(rows=st.integers(1, 4), length=st.integers(1, 8), data=st.data())
-def test_trim_and_gather_rows(rows, length, data):
-    cut = data.draw(st.integers(0, length))
-    cache = random_cache(rows, length)
-    before = entries(cache)
-    trim_rows(cache, cut)
-    assert entries(cache) == [[[row[:cut] for row in t] for t in layer] for layer in before]
-    cache = random_cache(rows, length)
-    before = entries(cache)
-    size = data.draw(st.integers(0, length))
-    index = data.draw(st.lists(st.lists(st.integers(0, length - 1), min_size=size, max_size=size), min_size=rows,
-                               max_size=rows))
-    gather_rows(cache, torch.tensor(index, dtype=torch.long).reshape(rows, size))
-    assert entries(cache) == [[[[row[i] for i in idx] for row, idx in zip(t, index)] for t in layer]
-                              for layer in before]
 
 
 def test_batch_step_tensors_live_on_the_rows_device():

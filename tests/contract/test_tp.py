@@ -1,6 +1,6 @@
 """Exact lookahead on tensor-parallel models: two CPU ranks under torchrun (gloo).
 
-One ``torchrun --nproc-per-node 2`` launch runs tests/tp_worker.py over tiny llama, qwen2 and
+One ``torchrun --nproc-per-node 2`` launch runs tests/helpers/tp_worker.py over tiny llama, qwen2 and
 mistral models sharded with transformers' own plan (4 query heads and 2 KV heads: one KV head
 per rank; qwen2 and mistral with sliding windows) and a tiny ``lookahead bench --tp``; the
 tests below read what each rank wrote. Under tensor parallelism every forward is collective,
@@ -24,8 +24,8 @@ import lookahead
 from lookahead import cli, distributed
 from lookahead import loading
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+REPO = HELPERS.parents[1]
 RANKS = 2
 TIMEOUT_S = 150  # a hang fails the test; the whole launch takes ~30-50 s on two busy cores
 COMMON = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -58,7 +58,7 @@ def _launch(models: Path, out: Path, cache: Path) -> subprocess.CompletedProcess
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}",
-           str(TESTS / "tp_worker.py"), str(models), str(out)]  # fmt: skip
+           str(HELPERS / "tp_worker.py"), str(models), str(out)]  # fmt: skip
     try:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as err:

@@ -1,9 +1,13 @@
-"""The decode loop's small parts against their documented behaviour.
+"""The decoder's parts (``lookahead.decode``) against their documented behaviour.
 
-Mutation testing (docs/mutation.md) found these blind spots in ``lookahead/decode.py``: the
-token buffers past their first growth, the stopping check the decoder answers without
-running the criteria, which source a step's accepted guesses are credited to, and models
-the other tests never build (one layer).
+Token buffers past their growth; default stopping criteria answered without running them and
+``ignore_stops``; which source a step's accepted guesses are credited to; every stats count
+against what the forwards were fed; the copy guess's budget step by step (also around the
+adaptive controller's plain steps); recycled guesses' length; the window's pool keys (one- and
+two-token); each text n-gram filed exactly once; one source named per guess row; guess rows
+padded with -1; models the other tests never build (one layer, no ``logits_to_keep``,
+``use_cache=False``); plain steps on padded and sliding-window models; the cost curve the
+controller weighs.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 import lookahead
-from lookahead.costmodel import CostCurve
 from lookahead import kernels
+from lookahead.costmodel import CostCurve
 from lookahead.decode import Decoder, Layout, Sequence, _common, _stack_rows
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
+
 from tiny_models import CONFIGS, VOCAB, tiny_model, two_requests
 
 REPEAT = torch.tensor([[5, 6, 7, 8, 9] * 4])
@@ -419,20 +424,6 @@ def test_recycled_guesses_are_ngram_minus_one_long():
             assert max(depths[1:]) == ngram - 1
     finally:
         handle.remove()
-
-
-def test_batch_with_recycled_guesses_equals_greedy():
-    """A batch shares one successor table between its rows (``Decoder.seed``); with no other
-    source on, recycled guesses are what it accepts beyond one token a step."""
-    model = tiny_model("llama", "sdpa")
-    ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9, 5, 6], [4, 8, 15, 4, 8, 15, 4, 8, 15]])
-    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, attention_mask=(ids != 0).long())
-    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False,
-                                       successors=2)
-    stats = lookahead.LookaheadStats()
-    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
-    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
-    assert stats.source_tokens.get("successors", 0) > 0
 
 
 def fed_per_forward(model, run):

@@ -1,7 +1,7 @@
 """The verification rules on fixed, skewed logits: the sampling rule draws exactly from the
 processed distribution, and the greedy rule picks its argmax.
 
-The end-to-end sampling test (tests/test_sampling.py) compares whole continuations of a tiny
+The end-to-end sampling test (tests/contract/test_sampling.py) compares whole continuations of a tiny
 model whose top-2 split is nearly even, where a biased rule can hide. Here the rule itself
 meets a skewed distribution (0.6 / 0.25 / 0.1 / 0.05, the likeliest token not first) under
 temperature, top-k, top-p, min-p, all four at once and a repetition penalty (which reads the
@@ -15,8 +15,14 @@ from __future__ import annotations
 import pytest
 import torch
 from scipy.stats import chisquare
-from transformers import (LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
-                          TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from lookahead.verify import GreedyRule, Pick, SamplingRule
 

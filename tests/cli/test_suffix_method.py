@@ -15,7 +15,7 @@ import torch
 from tiny_models import tiny_model
 
 import lookahead
-from lookahead import cli
+
 from lookahead.cli import bench as bench_cli
 from lookahead.bench import methods, runner, suffix
 from lookahead.bench.prompts import Prompt

@@ -1,4 +1,7 @@
-"""Batches: a left-padded batch decodes to exactly what ``model.generate`` returns for it."""
+"""Batches: a left-padded batch decodes to exactly what ``model.generate`` returns for it,
+row by row: finished rows leave, stop strings and criteria per row, sampling per row, a kept
+pool per row, one pool and successor table shared by the rows.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +10,23 @@ import time
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from transformers import TextStreamer
+from transformers import StoppingCriteriaList, TextStreamer
 from transformers.cache_utils import DynamicCache
-from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
+from lookahead import testing
 from lookahead.batch import PAD_RUN, BatchDecoder
 from lookahead.verify import GreedyRule
-from lookahead import testing
+
 from strategies import batch_rows
 from tiny_models import CASES, VOCAB, tiny_model, tiny_tokenizer
 
 PAD = 0
+
+
 MOTIFS = ([5, 9, 14, 7, 22, 31] * 4, [3, 4, 5, 6, 7] * 3, [10, 11, 12, 13, 14, 15, 16, 17, 18] * 3, [20, 21, 20, 21, 20])
 
 
@@ -245,7 +251,6 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
     assert any((tokens[1: 1 + PAD_RUN], offsets[1: 1 + PAD_RUN]) == run for tokens, offsets in fed[1:])
 
 
-
 def test_every_guess_source_contributes_in_a_batch():
     """With the controller off every step has the full shape, and each source (the window,
     the copy guess, the pool) is credited with accepted tokens in some row; the forwards and
@@ -292,3 +297,17 @@ def test_rows_share_one_pool_and_one_successor_table():
     assert len(pools) == len(tables) == 1 and decoder.rows[0].planner.pool is not None
     table = decoder.rows[0].planner.successors
     assert table is not None and (table.k, table.length) == (2, config.ngram - 1)
+
+
+def test_batch_with_recycled_guesses_equals_greedy():
+    """A batch shares one successor table between its rows (``Decoder.seed``); with no other
+    source on, recycled guesses are what it accepts beyond one token a step."""
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9, 5, 6], [4, 8, 15, 4, 8, 15, 4, 8, 15]])
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, attention_mask=(ids != 0).long())
+    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False,
+                                       successors=2)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert stats.source_tokens.get("successors", 0) > 0
