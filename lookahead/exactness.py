@@ -7,6 +7,7 @@ over a single token, so a near-tie between the two best scores may flip.
 
 from __future__ import annotations
 
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2  # the commands' exit status: ok, a mismatch, a usage error
 FULL_PRECISION = ("float32", "float64")  # where any mismatch is a bug, not a rounding near-tie
 
 

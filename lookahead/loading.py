@@ -55,8 +55,9 @@ def load(
     """
     torch_dtype = resolve_dtype(dtype)
     if tp:
-        return _load_tensor_parallel(model, torch_dtype, device, allow_download, trust_remote_code,
-                                     attn_implementation, need_tokenizer)
+        return _load_tensor_parallel(
+            model, torch_dtype, device, allow_download, trust_remote_code, attn_implementation, need_tokenizer
+        )
     device = resolve_device(device)
     if model in (None, DEFAULT_MODEL):
         try:
@@ -75,8 +76,16 @@ def load(
     return lm.eval(), tokenizer
 
 
-def _load_pretrained(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation,
-                     need_tokenizer=True, extra: dict | None = None):
+def _load_pretrained(
+    path,
+    torch_dtype,
+    device,
+    allow_download,
+    trust_remote_code,
+    attn_implementation,
+    need_tokenizer=True,
+    extra: dict | None = None,
+):
     from transformers import AutoModelForCausalLM
 
     looks_local = os.path.isabs(path) or path.startswith((".", "~")) or os.path.exists(path)
@@ -103,11 +112,14 @@ def _load_tokenizer(path, common: dict, required: bool):
         if not required:
             return None
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"--model {path!r}: its tokenizer cannot be loaded ({reason}); this command needs one") from err
+        raise ValueError(
+            f"--model {path!r}: its tokenizer cannot be loaded ({reason}); this command needs one"
+        ) from err
 
 
-def _load_tensor_parallel(path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation,
-                          need_tokenizer=True):
+def _load_tensor_parallel(
+    path, torch_dtype, device, allow_download, trust_remote_code, attn_implementation, need_tokenizer=True
+):
     from transformers import AutoConfig
 
     from lookahead import distributed
@@ -119,11 +131,20 @@ def _load_tensor_parallel(path, torch_dtype, device, allow_download, trust_remot
         from lookahead.default_model import default_model_path
 
         path = str(default_model_path())
-    config = AutoConfig.from_pretrained(os.path.expanduser(path), local_files_only=not allow_download,
-                                        trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(
+        os.path.expanduser(path), local_files_only=not allow_download, trust_remote_code=trust_remote_code
+    )
     distributed.check_tp_shape(config, distributed.world_size())
-    lm, tokenizer = _load_pretrained(path, torch_dtype, None, allow_download, trust_remote_code,
-                                     attn_implementation, need_tokenizer, extra=distributed.tp_load_kwargs())
+    lm, tokenizer = _load_pretrained(
+        path,
+        torch_dtype,
+        None,
+        allow_download,
+        trust_remote_code,
+        attn_implementation,
+        need_tokenizer,
+        extra=distributed.tp_load_kwargs(),
+    )
     return lm.eval(), tokenizer
 
 

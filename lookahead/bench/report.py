@@ -94,7 +94,9 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "prompts": len(rows),
         "forward_s": forward_s,
         "peak_mem_mb": max((r.peak_mem_mb for r in rows), default=None),
-        "forward_cost": _ratio(_mean_step_forward_s(records, label) or 0.0, _mean_step_forward_s(records, baseline) or 0.0),
+        "forward_cost": _ratio(
+            _mean_step_forward_s(records, label) or 0.0, _mean_step_forward_s(records, baseline) or 0.0
+        ),
         **_engine_extras(rows),
     }
 
@@ -186,7 +188,8 @@ def headline(config: dict) -> str:
     tp = f" · tensor parallel x{config['tp_size']}" if (config.get("tp_size") or 1) > 1 else ""
     tp += f" · batches of {config['batch_size']}" if (config.get("batch_size") or 1) > 1 else ""
     return (
-        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · {config.get('device')}{tp} · "
+        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · "
+        f"{config.get('device')}{tp} · "
         f"{config.get('threads')} threads · {config.get('n_prompts')} x {config.get('prompts')} prompts · "
         f"{config.get('max_new_tokens')} new tokens · {mode}"
     )
@@ -228,10 +231,14 @@ def mismatch_lines(doc: dict) -> list[str]:
             firsts = [p for p in doc["prompts"] if p["method"] == label and p["first_mismatch"] is not None]
             where = ", ".join(f"{p['id']}@{p['first_mismatch']}{_gap(p)}" for p in firsts[:5])
             more = f" (+{len(firsts) - 5} more)" if len(firsts) > 5 else ""
-            lines.append(f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}")
+            lines.append(
+                f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}"
+            )
             if s.get("ties") == s["mismatches"]:
-                lines.append(f"  every one at a rounding tie: greedy's two best logits there were less than "
-                             f"{TIE_MARGIN:g} apart, which any change of forward shapes may break")
+                lines.append(
+                    f"  every one at a rounding tie: greedy's two best logits there were less than "
+                    f"{TIE_MARGIN:g} apart, which any change of forward shapes may break"
+                )
     return lines
 
 

@@ -42,18 +42,26 @@ class Record:
     tie_margin: float | None = None
 
 
-def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str],
-            attention_mask: torch.Tensor | None = None) -> None:
+def warm_up(
+    model,
+    input_ids: torch.Tensor,
+    variants: list[Variant],
+    skipped: dict[str, str],
+    attention_mask: torch.Tensor | None = None,
+) -> None:
     """One short run of each method: kernels, allocator and JIT-compiled code get ready.
 
     A method that cannot serve this model or request is noted in ``skipped`` (label -> reason).
     """
     seen: dict[tuple, str | None] = {}
     for variant in variants:
-        key = (variant.method, tuple(sorted(variant.settings.shape.items())))
+        key = (variant.method, tuple(sorted(variant.settings.config_fields.items())))
         if key not in seen:
-            short = replace(variant.settings, max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens),
-                            attention_mask=attention_mask)
+            short = replace(
+                variant.settings,
+                max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens),
+                attention_mask=attention_mask,
+            )
             try:
                 methods.measure(variant.method, model, input_ids, short)
                 seen[key] = None
@@ -110,8 +118,8 @@ def batches(prompts: list[Prompt], encoded: list[list[int]], size: int, pad: int
     left-padded with ``pad`` (a batch of one has no mask, as before batching)."""
     groups = []
     for start in range(0, len(encoded), size):
-        rows = encoded[start: start + size]
-        ids = [p.id for p in prompts[start: start + size]]
+        rows = encoded[start : start + size]
+        ids = [p.id for p in prompts[start : start + size]]
         name = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
         if len(rows) == 1:
             groups.append((name, torch.tensor(rows, dtype=torch.long, device=device), None))
@@ -179,7 +187,7 @@ def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tens
         if r >= input_ids.shape[0]:
             continue
         prompt = input_ids[r][mask[r].bool()] if mask is not None else input_ids[r]
-        done = reference.result.tokens[r * per_row: r * per_row + t]
+        done = reference.result.tokens[r * per_row : r * per_row + t]
         ids = torch.cat([prompt, prompt.new_tensor(done)])[None]
         top = model(input_ids=ids).logits[0, -1].float().topk(2).values
         record.tie_margin = float(top[0] - top[1])

@@ -232,7 +232,7 @@ def run(args) -> int:
     labels = select_methods(args.methods)
     fields = options.config_fields(args)
     model, chosen, encoded, settings = setup(args)
-    settings.shape = fields
+    settings.config_fields = fields
     if any(m in methods.ENGINE_METHODS for m in labels):
         options.make_config({"method": "lookahead", **fields})  # bad lookahead options fail before measuring
     variants = [Variant(m, m, replace(settings, state={})) for m in labels]

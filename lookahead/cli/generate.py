@@ -110,8 +110,9 @@ def run_command(args) -> int:
         if outcome.compare is not None:
             print(compare_line(outcome, args.sample), file=sys.stderr)
     if args.json:
-        options.write_json(record(outcome, prompt, settings, config, options.model_meta(args, model)), args.json,
-                           sys.stderr)
+        options.write_json(
+            record(outcome, prompt, settings, config, options.model_meta(args, model)), args.json, sys.stderr
+        )
     return exit_status(outcome, settings, loading.model_dtype(model))
 
 
@@ -142,21 +143,39 @@ class Outcome:
         return len(self.token_ids) / self.wall_s if self.wall_s else 0.0
 
 
-def run(model, tokenizer, prompt: str, settings: Settings, config: lookahead.LookaheadConfig, *,
-        stream: bool = True, compare: bool = False) -> Outcome:
+def run(
+    model,
+    tokenizer,
+    prompt: str,
+    settings: Settings,
+    config: lookahead.LookaheadConfig,
+    *,
+    stream: bool = True,
+    compare: bool = False,
+) -> Outcome:
     """Generate a continuation of ``prompt``; with ``stream`` print it to stdout as tokens are
     accepted (prompt skipped); with ``compare`` also run plain ``model.generate`` and time both."""
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-    ids = torch.tensor([_encode(tokenizer, prompt, loading.max_prompt_len(model, settings.max_new_tokens))],
-                       device=next(model.parameters()).device)
+    ids = torch.tensor(
+        [_encode(tokenizer, prompt, loading.max_prompt_len(model, settings.max_new_tokens))],
+        device=next(model.parameters()).device,
+    )
     _warm_up(model, ids, settings, config, plain=compare)
     streamer = _streamer(tokenizer) if stream else None
     stats = lookahead.LookaheadStats()
-    out, wall = _timed(settings.seed, lambda: lookahead.generate(
-        model, ids, lookahead_config=config, lookahead_stats=stats, streamer=streamer,
-        **settings.generate_kwargs(ids)))  # fmt: skip
-    new = out[0, ids.shape[1]:].tolist()
+    out, wall = _timed(
+        settings.seed,
+        lambda: lookahead.generate(
+            model,
+            ids,
+            lookahead_config=config,
+            lookahead_stats=stats,
+            streamer=streamer,
+            **settings.generate_kwargs(ids),
+        ),
+    )
+    new = out[0, ids.shape[1] :].tolist()
     text = tokenizer.decode(new, skip_special_tokens=True)
     outcome = Outcome(ids.shape[1], new, text, stats, wall)
     if compare:
@@ -176,10 +195,12 @@ def stats_line(outcome: Outcome) -> str:
     """One line: new tokens, tokens/s, tokens per forward, accepted-length histogram."""
     s = outcome.stats
     hist = " ".join(f"{k}:{n}" for k, n in enumerate(s.accepted) if n)
-    return (f"lookahead: {len(outcome.token_ids)} new tokens in {outcome.wall_s:.2f} s, "
-            f"{outcome.tokens_per_s:.1f} tokens/s, {s.tokens_per_forward:.2f} tokens/forward "
-            f"({s.forwards} forwards), accepted per step {{{hist or '-'}}}"
-            + (" (fell back to plain decoding)" if s.fallback else ""))
+    return (
+        f"lookahead: {len(outcome.token_ids)} new tokens in {outcome.wall_s:.2f} s, "
+        f"{outcome.tokens_per_s:.1f} tokens/s, {s.tokens_per_forward:.2f} tokens/forward "
+        f"({s.forwards} forwards), accepted per step {{{hist or '-'}}}"
+        + (" (fell back to plain decoding)" if s.fallback else "")
+    )
 
 
 def compare_line(outcome: Outcome, sample: bool) -> str:
@@ -190,8 +211,10 @@ def compare_line(outcome: Outcome, sample: bool) -> str:
         same = "token ids differ (expected when sampling: the random streams differ, the distribution does not)"
     else:
         same = f"token ids DIFFER from new token {c['first_difference']}"
-    return (f"model.generate: {c['plain_new_tokens']} new tokens in {c['plain_wall_s']:.2f} s, "
-            f"{c['plain_tokens_per_s']:.1f} tokens/s; speed-up {c['speedup']:.2f}x; {same}")
+    return (
+        f"model.generate: {c['plain_new_tokens']} new tokens in {c['plain_wall_s']:.2f} s, "
+        f"{c['plain_tokens_per_s']:.1f} tokens/s; speed-up {c['speedup']:.2f}x; {same}"
+    )
 
 
 def record(outcome: Outcome, prompt: str, settings: Settings, config, meta: dict) -> dict:
@@ -204,13 +227,17 @@ def record(outcome: Outcome, prompt: str, settings: Settings, config, meta: dict
         "token_ids": outcome.token_ids,
         "new_tokens": len(outcome.token_ids),
         "max_new_tokens": settings.max_new_tokens,
-        "sample": {"do_sample": settings.do_sample, "temperature": settings.temperature,
-                   "top_p": settings.top_p, "seed": settings.seed},
+        "sample": {
+            "do_sample": settings.do_sample,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "seed": settings.seed,
+        },
         "lookahead_config": asdict(config),
         "stats": outcome.stats.as_dict(),
         "timings": {"wall_s": outcome.wall_s, "tokens_per_s": outcome.tokens_per_s},
         "compare": outcome.compare,
-    }  # fmt: skip
+    }
 
 
 def _encode(tokenizer, prompt: str, max_len: int | None) -> list[int]:
@@ -249,7 +276,7 @@ def _warm_up(model, ids, settings: Settings, config, plain: bool) -> None:
 
 def _compare(model, ids, settings: Settings, new: list[int], wall: float) -> dict:
     out, plain_wall = _timed(settings.seed, lambda: model.generate(ids, **settings.generate_kwargs(ids)))
-    plain = out[0, ids.shape[1]:].tolist()
+    plain = out[0, ids.shape[1] :].tolist()
     differ = first_difference(plain, new)
     return {
         "plain_new_tokens": len(plain),

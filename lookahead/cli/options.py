@@ -13,7 +13,9 @@ import json
 import sys
 from dataclasses import fields as dataclass_fields
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+from lookahead.config import ENGINE_METHODS
+from lookahead.exactness import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE  # noqa: F401 - the commands take them from here
+
 EXIT_CODES = "exit status: 0 ok, 1 mismatch (token ids differ from model.generate), 2 usage error"
 SHAPE_FIELDS = ("window", "ngram", "guesses")
 STDOUT = "-"  # --json - writes the JSON document to stdout (the human-readable lines go to stderr)
@@ -59,9 +61,7 @@ def shape_options(p, method: bool = False) -> argparse._ArgumentGroup:
     g.add_argument("--ngram", type=int, default=None, help="N: n-gram length (window levels = N-1)")
     g.add_argument("--guesses", type=int, default=None, help="G: candidate n-grams verified per step")
     if method:
-        g.add_argument(
-            "--method", choices=("lookahead", "jacobi"), default=None, help="decoding method (default: lookahead)"
-        )
+        g.add_argument("--method", choices=ENGINE_METHODS, default=None, help="decoding method (default: lookahead)")
     set_option(g)
     return g
 
@@ -130,12 +130,11 @@ def parse_set(items: list[str]) -> dict:
     return fields
 
 
-def config_fields(args, shape: bool = True) -> dict:
-    """The ``LookaheadConfig`` fields the options name: ``--window/--ngram/--guesses/--method``
-    (with ``shape``) and ``--set``; an unknown field is a ``UsageError``."""
+def config_fields(args, names=(*SHAPE_FIELDS, "method")) -> dict:
+    """The ``LookaheadConfig`` fields the options name: those of ``names`` that were given
+    (``--window/--ngram/--guesses/--method``) and ``--set``'s; an unknown field is a ``UsageError``."""
     from lookahead.config import LookaheadConfig
 
-    names = (*SHAPE_FIELDS, "method") if shape else ()
     chosen = {k: v for k in names if (v := getattr(args, k, None)) is not None}
     chosen.update(parse_set(args.set))
     known = [f.name for f in dataclass_fields(LookaheadConfig)]

@@ -21,12 +21,18 @@ def register(sub) -> None:
     )
     bench.harness_options(p, DEFAULT_LIMIT, DEFAULT_MAX_NEW)
     g = p.add_argument_group("lookahead grid")
-    g.add_argument("--method", default="lookahead", choices=methods.ENGINE_METHODS, help="engine method (default: %(default)s)")
-    g.add_argument("--window", default=None, help=f"values, e.g. 1,2,4,8 or 2-6 (default: {_csv(grids.DEFAULT_WINDOWS)})")
+    g.add_argument(
+        "--method", default="lookahead", choices=methods.ENGINE_METHODS, help="engine method (default: %(default)s)"
+    )
+    g.add_argument(
+        "--window", default=None, help=f"values, e.g. 1,2,4,8 or 2-6 (default: {_csv(grids.DEFAULT_WINDOWS)})"
+    )
     g.add_argument("--ngram", default=None, help=f"values (default: {_csv(grids.DEFAULT_NGRAMS)})")
     g.add_argument("--guesses", default=None, help=f"values (default: {_csv(grids.DEFAULT_GUESSES)})")
     options.set_option(g)
-    p.add_argument("--plot", metavar="PATH.png", default="lookahead-sweep.png", help="heatmap path (default: %(default)s)")
+    p.add_argument(
+        "--plot", metavar="PATH.png", default="lookahead-sweep.png", help="heatmap path (default: %(default)s)"
+    )
     p.set_defaults(func=run, validate=options.validate)
 
 
@@ -42,9 +48,9 @@ def run(args) -> int:
         grids.parse_grid(args.ngram, grids.DEFAULT_NGRAMS, "ngram"),
         grids.parse_grid(args.guesses, grids.DEFAULT_GUESSES, "guesses"),
     ]
-    extra = options.config_fields(args, shape=False)
+    extra = options.config_fields(args, names=())
     model, chosen, encoded, settings = bench.setup(args)
-    settings.shape = extra
+    settings.config_fields = extra
     options.make_config({"method": args.method, **extra})  # bad --set values fail before measuring
     variants = grids.grid_variants(settings, *grid, method=args.method)
     if len(variants) < 2:

@@ -32,9 +32,16 @@ def tiny_model_dir(tmp_path_factory):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(path)
     config = LlamaConfig(
-        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-    )  # fmt: skip
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(path)
     return str(path)
@@ -49,8 +56,19 @@ def prompt_file(tmp_path_factory):
 
 
 def bench(model_dir, prompts, *extra):
-    return ["bench", "--model", model_dir, "--prompts", prompts, "--max-new-tokens", "12", "--threads", "1",
-            "--no-progress", *extra]  # fmt: skip
+    return [
+        "bench",
+        "--model",
+        model_dir,
+        "--prompts",
+        prompts,
+        "--max-new-tokens",
+        "12",
+        "--threads",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def fake_engine(model, input_ids, *, lookahead_config, lookahead_stats, **kwargs):
@@ -154,8 +172,21 @@ def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkey
 
 def test_sample_mode_skips_exactness(tiny_model_dir, prompt_file, tmp_path):
     out = tmp_path / "s.json"
-    argv = bench(tiny_model_dir, prompt_file, "--methods", "prompt-lookup", "--sample", "--temperature", "1.5",
-                 "--limit", "2", "--repeats", "2", "--json", str(out))  # fmt: skip
+    argv = bench(
+        tiny_model_dir,
+        prompt_file,
+        "--methods",
+        "prompt-lookup",
+        "--sample",
+        "--temperature",
+        "1.5",
+        "--limit",
+        "2",
+        "--repeats",
+        "2",
+        "--json",
+        str(out),
+    )
     assert cli.main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["methods"]["prompt-lookup"]["mismatches"] is None
@@ -166,9 +197,28 @@ def test_sample_mode_skips_exactness(tiny_model_dir, prompt_file, tmp_path):
 def test_sweep_writes_heatmap_and_best(tiny_model_dir, prompt_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lookahead, "generate", fake_engine, raising=False)
     png, out = tmp_path / "sweep.png", tmp_path / "sweep.json"
-    argv = ["sweep", "--model", tiny_model_dir, "--prompts", prompt_file, "--max-new-tokens", "8", "--limit", "2",
-            "--window", "1-2", "--ngram", "3", "--guesses", "2,4", "--no-progress", "--plot", str(png),
-            "--json", str(out)]  # fmt: skip
+    argv = [
+        "sweep",
+        "--model",
+        tiny_model_dir,
+        "--prompts",
+        prompt_file,
+        "--max-new-tokens",
+        "8",
+        "--limit",
+        "2",
+        "--window",
+        "1-2",
+        "--ngram",
+        "3",
+        "--guesses",
+        "2,4",
+        "--no-progress",
+        "--plot",
+        str(png),
+        "--json",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     assert "best: --window" in capsys.readouterr().out
     doc = json.loads(out.read_text())
@@ -188,8 +238,9 @@ def test_batched_bench_checks_every_row(tiny_model_dir, prompt_file, tmp_path):
     """--batch-size 2: greedy and lookahead on the same left-padded batches, every row's
     tokens compared; prompt lookup (one prompt at a time) is skipped with its reason."""
     out = tmp_path / "b.json"
-    argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--batch-size", "2", "--limit", "3",
-                 "--json", str(out))  # fmt: skip
+    argv = bench(
+        tiny_model_dir, prompt_file, "--methods", "lookahead", "--batch-size", "2", "--limit", "3", "--json", str(out)
+    )
     assert cli.main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["config"]["batch_size"] == 2 and [p["id"] for p in doc["prompts"]][::2] == ["p0+1", "p2"]
@@ -224,12 +275,25 @@ def test_set_and_keep_pool_reach_the_engine(tiny_model_dir, prompt_file, tmp_pat
 
     def recording(model, input_ids, *, lookahead_config, lookahead_stats, lookahead_pool=None, **kwargs):
         seen.append((lookahead_config, lookahead_pool))
-        return fake_engine(model, input_ids, lookahead_config=lookahead_config, lookahead_stats=lookahead_stats, **kwargs)
+        return fake_engine(
+            model, input_ids, lookahead_config=lookahead_config, lookahead_stats=lookahead_stats, **kwargs
+        )
 
     monkeypatch.setattr(lookahead, "generate", recording, raising=False)
     out = tmp_path / "set.json"
-    argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--set", "copy_length=0",
-                 "--set", "adaptive=false", "--keep-pool", "--json", str(out))  # fmt: skip
+    argv = bench(
+        tiny_model_dir,
+        prompt_file,
+        "--methods",
+        "lookahead",
+        "--set",
+        "copy_length=0",
+        "--set",
+        "adaptive=false",
+        "--keep-pool",
+        "--json",
+        str(out),
+    )
     assert cli.main(argv) == 0
     configs = {c for c, _ in seen}
     assert len(configs) == 1 and not next(iter(configs)).adaptive and next(iter(configs)).copy_length == 0
@@ -254,8 +318,23 @@ def _default_model_shipped() -> bool:
 @pytest.mark.parametrize("prompt_set", ["humaneval", "grounded", "adversarial"])
 def test_embedded_model_without_model_option(prompt_set, tmp_path):
     out = tmp_path / "d.json"
-    argv = ["bench", "--prompts", prompt_set, "--limit", "1", "--max-new-tokens", "6", "--methods", "greedy",
-            "--threads", "1", "--no-progress", "--no-warmup", "--json", str(out)]  # fmt: skip
+    argv = [
+        "bench",
+        "--prompts",
+        prompt_set,
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--methods",
+        "greedy",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--no-warmup",
+        "--json",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["config"]["model"] == "default" and doc["config"]["n_prompts"] == 1

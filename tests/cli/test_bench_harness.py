@@ -52,7 +52,9 @@ def test_adversarial_set():
 
 def test_jsonl_prompts(tmp_path):
     path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"prompt": "a", "task_id": "t1", "lang": "py"}) + "\n\n" + json.dumps({"prompt": "b"}) + "\n")
+    path.write_text(
+        json.dumps({"prompt": "a", "task_id": "t1", "lang": "py"}) + "\n\n" + json.dumps({"prompt": "b"}) + "\n"
+    )
     items = prompts.load_prompts(str(path))
     assert [(p.id, p.text, p.meta) for p in items] == [("t1", "a", {"task_id": "t1", "lang": "py"}), ("p/3", "b", {})]
     path.write_text(json.dumps({"text": "a"}) + "\n")
@@ -129,8 +131,12 @@ def test_parse_grid_and_best():
 def test_rounding_ties_are_told_apart_from_mismatches():
     """A mismatch where greedy's two best logits were a rounding step apart is a tie; one
     real mismatch among ties keeps the run a mismatch."""
-    records = [_record("a", "greedy", 10, 10, 1.0), _record("a", "fast", 10, 4, 0.5, mismatch=3),
-               _record("b", "greedy", 10, 10, 1.0), _record("b", "fast", 10, 4, 0.5)]
+    records = [
+        _record("a", "greedy", 10, 10, 1.0),
+        _record("a", "fast", 10, 4, 0.5, mismatch=3),
+        _record("b", "greedy", 10, 10, 1.0),
+        _record("b", "fast", 10, 4, 0.5),
+    ]
     records[1].tie_margin = 2e-6
     doc = report.document({"dtype": "float32"}, records, ["greedy", "fast"], "greedy", exactness=True)
     assert doc["methods"]["fast"]["ties"] == 1 and report.only_ties(doc)

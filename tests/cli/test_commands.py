@@ -13,8 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import lookahead
-from lookahead import cli
-from lookahead.cli import check
+from lookahead import check, cli
+
 from tiny_models import tiny_model, tiny_tokenizer
 
 PROMPT = "def add(a, b):\n"
@@ -37,9 +37,10 @@ def greedy_new_tokens(embedded, prompt: str, new: int = NEW) -> list[int]:
     model, tok = embedded
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
-                             pad_token_id=tok.pad_token_id)
-    return out[0, ids.shape[1]:].tolist()
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new, pad_token_id=tok.pad_token_id
+        )
+    return out[0, ids.shape[1] :].tolist()
 
 
 def generate_argv(*extra) -> list[str]:
@@ -151,7 +152,9 @@ def test_check_finds_and_shrinks_a_planted_bug(tiny_dir, capsys):
     assert m.margin is not None and m.margin >= 0
     assert check.report(result) == check.EXIT_MISMATCH
     out = capsys.readouterr().out
-    assert "MISMATCH" in out and f"first differing position: {m.position}" in out and "not a near-tie, likely a bug" in out
+    assert (
+        "MISMATCH" in out and f"first differing position: {m.position}" in out and "not a near-tie, likely a bug" in out
+    )
     reduced = dataclasses.replace(result, dtype=torch.bfloat16)
     assert reduced.exit_status() == 0 and reduced.exit_status(strict=True) == check.EXIT_MISMATCH
 

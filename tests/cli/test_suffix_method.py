@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_models import tiny_model
 
 import lookahead
-
-from lookahead.cli import bench as bench_cli
 from lookahead.bench import methods, runner, suffix
 from lookahead.bench.prompts import Prompt
+from lookahead.cli import bench as bench_cli
+
+from tiny_models import tiny_model
 
 EXTENSION_MISSING = methods.suffix_unavailable()
 PROMPT = [1, 5, 9, 14, 5, 9, 22, 7, 5, 9, 14, 30, 3]
@@ -44,7 +44,7 @@ class ListDrafter:
         assert max_tokens >= 1
         i = self.calls % len(self.lengths)
         self.calls += 1
-        draft = list(self.reference[len(context): len(context) + min(self.lengths[i], max_tokens)])
+        draft = list(self.reference[len(context) : len(context) + min(self.lengths[i], max_tokens)])
         if self.wrong_at[i] is not None and self.wrong_at[i] < len(draft):
             draft[self.wrong_at[i]] = (draft[self.wrong_at[i]] + 1) % 40 + 3
         return draft
@@ -64,7 +64,7 @@ def test_verify_loop_equals_generate(family):
     out = suffix.greedy_chain_decode(model, ids, drafter, 40, eos, stats)
     assert torch.equal(out, reference)
     new = out.shape[1] - ids.shape[1]
-    assert drafter.updates == out[0, ids.shape[1]:].tolist()  # every appended token, once, in order
+    assert drafter.updates == out[0, ids.shape[1] :].tolist()  # every appended token, once, in order
     assert stats.new_tokens == new == sum(k * n for k, n in enumerate(stats.accepted)) + 1  # + the prefill's
     assert stats.forwards == stats.steps + 1 < new  # drafts that held saved forwards
     assert stats.accepted[1] > 0 and len(stats.accepted) > 4  # steps that kept nothing, and long runs
@@ -132,8 +132,8 @@ class FakeSuffixCache:
         texts = [self.active[req_id], *others]
         for text in texts:
             for i in range(len(text) - 2, 1, -1):
-                if text[i - 2: i] == list(context[-2:]):
-                    return SimpleNamespace(token_ids=text[i: i + max_spec_tokens])
+                if text[i - 2 : i] == list(context[-2:]):
+                    return SimpleNamespace(token_ids=text[i : i + max_spec_tokens])
         return SimpleNamespace(token_ids=[])
 
 
@@ -145,7 +145,7 @@ def test_methods_wiring_with_a_fake_cache(monkeypatch):
     kept = methods.Settings(max_new_tokens=24)
     for prompt in (PROMPT, PROMPT[3:] + PROMPT[:3]):
         ids = torch.tensor([prompt])
-        expected = greedy(model, ids, 24)[0, len(prompt):].tolist()
+        expected = greedy(model, ids, 24)[0, len(prompt) :].tolist()
         for name, settings in (("suffix", methods.Settings(max_new_tokens=24)), ("suffix-global", kept)):
             result = methods.measure(name, model, ids, settings)
             assert result.tokens == expected, name

@@ -19,6 +19,7 @@ import transformers as tf
 import lookahead
 from lookahead import LookaheadConfig
 from lookahead.costmodel import CostCurve
+
 from tiny_models import tiny_model
 
 REPEAT = torch.tensor([[5, 6, 7, 8, 9] * 4])
@@ -123,11 +124,14 @@ def test_total_time_adds_the_call_s_time():
     assert 100.0 < stats.total_s < 100.0 + time.perf_counter() - started
 
 
-@pytest.mark.parametrize("config,measured", [
-    (LookaheadConfig(), True),
-    (LookaheadConfig(adaptive=False), False),
-    (LookaheadConfig(method="jacobi"), False),
-])
+@pytest.mark.parametrize(
+    "config,measured",
+    [
+        (LookaheadConfig(), True),
+        (LookaheadConfig(adaptive=False), False),
+        (LookaheadConfig(method="jacobi"), False),
+    ],
+)
 def test_cost_curve_measured_only_for_the_adaptive_controller(monkeypatch, config, measured):
     """The controller's cost curve is measured (about a second, kept on disk) only when the
     adaptive controller runs and no curve was given."""
@@ -158,8 +162,10 @@ def test_input_ids_by_keyword():
 def test_a_single_new_token_equals_generate():
     model = tiny_model("llama", "sdpa")
     kwargs = dict(NEW, max_new_tokens=1)
-    assert lookahead.generate(model, REPEAT, **kwargs).tolist() == model.generate(REPEAT, do_sample=False,
-                                                                                     **kwargs).tolist()
+    assert (
+        lookahead.generate(model, REPEAT, **kwargs).tolist()
+        == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
+    )
 
 
 RIGHT_PADDED = torch.tensor([[0, 5, 6, 7], [5, 6, 7, 0], [5, 6, 0, 0]])
@@ -177,10 +183,13 @@ def test_right_padding_names_the_rows(entry):
             model.generate(RIGHT_PADDED, custom_generate=lookahead.custom_generate, do_sample=False, **kwargs)
 
 
-@pytest.mark.parametrize("name,value,error", [
-    ("prompt_lookup_num_tokens", 3, NotImplementedError),
-    ("custom_generate", lookahead.custom_generate, ValueError),
-])
+@pytest.mark.parametrize(
+    "name,value,error",
+    [
+        ("prompt_lookup_num_tokens", 3, NotImplementedError),
+        ("custom_generate", lookahead.custom_generate, ValueError),
+    ],
+)
 def test_generate_s_own_guessers_refused(name, value, error):
     model = tiny_model("llama", "sdpa")
     with pytest.raises(error, match=name):
@@ -199,8 +208,14 @@ def test_sampling_runs_the_processors():
 def test_batch_output_and_pool():
     """A batch returns ``generate``'s scores and logits, and feeds a kept pool."""
     model = tiny_model("llama", "sdpa")
-    kwargs = dict(NEW, attention_mask=BATCH_MASK, return_dict_in_generate=True, output_scores=True,
-                  output_logits=True, repetition_penalty=1.3)
+    kwargs = dict(
+        NEW,
+        attention_mask=BATCH_MASK,
+        return_dict_in_generate=True,
+        output_scores=True,
+        output_logits=True,
+        repetition_penalty=1.3,
+    )
     expected = model.generate(BATCH, do_sample=False, **kwargs)
     pool = lookahead.NgramPool(LookaheadConfig().ngram, LookaheadConfig().guesses)
     got = lookahead.generate(model, BATCH, lookahead_pool=pool, **kwargs)

@@ -27,7 +27,12 @@ from tiny_models import CASES, VOCAB, tiny_model, tiny_tokenizer
 PAD = 0
 
 
-MOTIFS = ([5, 9, 14, 7, 22, 31] * 4, [3, 4, 5, 6, 7] * 3, [10, 11, 12, 13, 14, 15, 16, 17, 18] * 3, [20, 21, 20, 21, 20])
+MOTIFS = (
+    [5, 9, 14, 7, 22, 31] * 4,
+    [3, 4, 5, 6, 7] * 3,
+    [10, 11, 12, 13, 14, 15, 16, 17, 18] * 3,
+    [20, 21, 20, 21, 20],
+)
 
 
 def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,22 +45,33 @@ def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def eos_ending_rows(model, ids, mask, new, picks):
     """EOS ids taken from the greedy continuations, so that some rows end early."""
-    free = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new, eos_token_id=None,
-                          pad_token_id=PAD)
-    cont = free[:, ids.shape[1]:]
+    free = model.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=PAD
+    )
+    cont = free[:, ids.shape[1] :]
     return sorted({int(cont[r % cont.shape[0], t % cont.shape[1]]) for r, t in picks}) or None
 
 
 @pytest.mark.parametrize("family,backend", CASES)
-@given(rows=batch_rows(), config=testing.configs(max_window=6, max_ngram=5, max_guesses=6), new=st.integers(1, 32),
-       picks=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 31)), max_size=2),
-       dict_out=st.booleans(), penalty=st.sampled_from([None, 1.3]))
+@given(
+    rows=batch_rows(),
+    config=testing.configs(max_window=6, max_ngram=5, max_guesses=6),
+    new=st.integers(1, 32),
+    picks=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 31)), max_size=2),
+    dict_out=st.booleans(),
+    penalty=st.sampled_from([None, 1.3]),
+)
 def test_batch_equals_generate(family, backend, rows, config, new, picks, dict_out, penalty):
     """Tokens, padding after a row ends, and per-step scores and logits, as ``generate``'s."""
     model = tiny_model(family, backend)
     ids, mask = left_pad(rows)
-    kwargs = dict(attention_mask=mask, max_new_tokens=new, pad_token_id=PAD, repetition_penalty=penalty,
-                  eos_token_id=eos_ending_rows(model, ids, mask, new, picks))
+    kwargs = dict(
+        attention_mask=mask,
+        max_new_tokens=new,
+        pad_token_id=PAD,
+        repetition_penalty=penalty,
+        eos_token_id=eos_ending_rows(model, ids, mask, new, picks),
+    )
     if dict_out:
         kwargs.update(return_dict_in_generate=True, output_scores=True, output_logits=True)
     expected = model.generate(ids, do_sample=False, **kwargs)
@@ -98,7 +114,7 @@ def test_finished_rows_leave_the_batch():
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)
     assert got.tolist() == expected.tolist()
-    ended = [r for r in range(4) if expected[r, -1].item() == PAD and expected[r, ids.shape[1]:].eq(PAD).any()]
+    ended = [r for r in range(4) if expected[r, -1].item() == PAD and expected[r, ids.shape[1] :].eq(PAD).any()]
     assert ended, "the EOS picked should end a row early"
     assert stats.row_forwards < 4 * stats.forwards
 
@@ -107,11 +123,13 @@ def test_stop_strings_and_user_criteria_per_row():
     """Without EOS, a row stopped by a stop string goes on like ``generate``'s until all stop."""
     model, tok = tiny_model("qwen3", "sdpa"), tiny_tokenizer()
     ids, mask = left_pad(list(MOTIFS))
-    free = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, eos_token_id=None,
-                          pad_token_id=PAD)
-    stop = tok.decode(free[1, ids.shape[1] + 4: ids.shape[1] + 6])
-    kwargs = dict(attention_mask=mask, max_new_tokens=30, eos_token_id=None, pad_token_id=PAD,
-                  stop_strings=[stop], tokenizer=tok)
+    free = model.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=30, eos_token_id=None, pad_token_id=PAD
+    )
+    stop = tok.decode(free[1, ids.shape[1] + 4 : ids.shape[1] + 6])
+    kwargs = dict(
+        attention_mask=mask, max_new_tokens=30, eos_token_id=None, pad_token_id=PAD, stop_strings=[stop], tokenizer=tok
+    )
     expected = model.generate(ids, do_sample=False, **kwargs)
     stats = lookahead.LookaheadStats()
     assert lookahead.generate(model, ids, lookahead_stats=stats, **kwargs).tolist() == expected.tolist()
@@ -146,9 +164,19 @@ def test_sampling_each_row_has_the_models_distribution():
     generator = torch.Generator().manual_seed(0)
     config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, adaptive=False)
     for _ in range(draws):
-        out = lookahead.generate(model, ids, attention_mask=mask, do_sample=True, temperature=temperature, top_k=0,
-                                 max_new_tokens=2, eos_token_id=None, pad_token_id=PAD, generator=generator,
-                                 lookahead_config=config)
+        out = lookahead.generate(
+            model,
+            ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=2,
+            eos_token_id=None,
+            pad_token_id=PAD,
+            generator=generator,
+            lookahead_config=config,
+        )
         counts[int(out[1, -1])] += 1
     top = np.argsort(-marginal)[:6]  # the likeliest tokens, the rest pooled
     observed = np.append(counts[top], draws - counts[top].sum())
@@ -164,13 +192,24 @@ def test_cache_rows_equal_a_fresh_prefill():
     ids, mask = left_pad(list(MOTIFS))
     stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 200)])
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
-    decoder = BatchDecoder(model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, None, None,
-                           PAD, False, False, False)
+    decoder = BatchDecoder(
+        model,
+        config,
+        GreedyRule(None, False),
+        lookahead.LookaheadStats(),
+        stopping,
+        None,
+        None,
+        PAD,
+        False,
+        False,
+        False,
+    )
     decoder.prefill(ids, mask)
 
     def check():
         for r, row in enumerate(decoder.live):
-            real = row.seq.tokens[ids.shape[1] - len(MOTIFS[r]): -1]
+            real = row.seq.tokens[ids.shape[1] - len(MOTIFS[r]) : -1]
             fresh = model(torch.tensor([real]), cache=DynamicCache(), use_cache=True).cache
             keep = decoder.past_keep[r]
             assert int(keep.sum()) == len(real) == int(decoder.position[r])
@@ -201,8 +240,7 @@ def test_bad_batches_are_clear_errors():
     with pytest.raises(ValueError, match="attention_mask must have the shape of input_ids"):
         lookahead.generate(model, ids, attention_mask=mask[:, 1:], max_new_tokens=4)
     with pytest.raises(NotImplementedError, match="num_return_sequences"):
-        lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=4, num_return_sequences=2,
-                           do_sample=True)
+        lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=4, num_return_sequences=2, do_sample=True)
     with pytest.raises(ValueError, match="streamer"):
         lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=4, streamer=TextStreamer(tiny_tokenizer()))
 
@@ -219,7 +257,7 @@ def test_kept_pool_remembers_each_row_s_real_text():
     assert lookahead.generate(model, ids, lookahead_pool=pool, **kwargs).tolist() == expected.tolist()
     texts = []
     for r, prompt in enumerate(MOTIFS[:3]):
-        new = expected[r, ids.shape[1]:].tolist()
+        new = expected[r, ids.shape[1] :].tolist()
         ends = [i for i, t in enumerate(new) if t in eos]
         texts += list(prompt) + new[: ends[0] + 1 if ends else len(new)] + [-1]
     assert any(t in eos for t in texts), "some row should stop early"
@@ -232,14 +270,22 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad([MOTIFS[0], MOTIFS[2]])
     eos = eos_ending_rows(model, ids, mask, 30, [(0, 2)])
-    kwargs = dict(attention_mask=mask, max_new_tokens=30, eos_token_id=eos, pad_token_id=PAD,
-                  return_dict_in_generate=True, output_scores=True)
+    kwargs = dict(
+        attention_mask=mask,
+        max_new_tokens=30,
+        eos_token_id=eos,
+        pad_token_id=PAD,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     expected = model.generate(ids, do_sample=False, **kwargs)
     fed = []  # row 0's (tokens, offsets from its root) per forward
     handle = model.register_forward_pre_hook(
-        lambda module, args, kw: fed.append((kw["input_ids"][0].tolist(),
-                                             (kw["position_ids"][0] - kw["position_ids"][0, 0]).tolist())),
-        with_kwargs=True)
+        lambda module, args, kw: fed.append(
+            (kw["input_ids"][0].tolist(), (kw["position_ids"][0] - kw["position_ids"][0, 0]).tolist())
+        ),
+        with_kwargs=True,
+    )
     try:
         got = lookahead.generate(model, ids, **kwargs)
     finally:
@@ -248,7 +294,7 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
     assert expected.sequences[0, -1] == PAD and expected.sequences[1, -1] != PAD, "row 0 should stop early"
     # a chain of pads after the root (a batch's filler tokens are not: they sit at offset 0)
     run = ([PAD] * PAD_RUN, list(range(1, 1 + PAD_RUN)))
-    assert any((tokens[1: 1 + PAD_RUN], offsets[1: 1 + PAD_RUN]) == run for tokens, offsets in fed[1:])
+    assert any((tokens[1 : 1 + PAD_RUN], offsets[1 : 1 + PAD_RUN]) == run for tokens, offsets in fed[1:])
 
 
 def test_every_guess_source_contributes_in_a_batch():
@@ -260,10 +306,13 @@ def test_every_guess_source_contributes_in_a_batch():
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
     kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=None, pad_token_id=PAD)
     stats, rows, spent = lookahead.LookaheadStats(), [], []
-    hooks = [model.register_forward_pre_hook(
-                 lambda module, args, kw: rows.append(kw["input_ids"].shape[0]) or spent.append(-time.perf_counter()),
-                 with_kwargs=True),
-             model.register_forward_hook(lambda module, args, out: spent.append(spent.pop() + time.perf_counter()))]
+    hooks = [
+        model.register_forward_pre_hook(
+            lambda module, args, kw: rows.append(kw["input_ids"].shape[0]) or spent.append(-time.perf_counter()),
+            with_kwargs=True,
+        ),
+        model.register_forward_hook(lambda module, args, out: spent.append(spent.pop() + time.perf_counter())),
+    ]
     try:
         got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     finally:
@@ -283,8 +332,19 @@ def test_rows_share_one_pool_and_one_successor_table():
     ids, mask = left_pad(list(MOTIFS))
     stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 8)])
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, successors=2)
-    decoder = BatchDecoder(model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, None, None,
-                           PAD, False, False, False)
+    decoder = BatchDecoder(
+        model,
+        config,
+        GreedyRule(None, False),
+        lookahead.LookaheadStats(),
+        stopping,
+        None,
+        None,
+        PAD,
+        False,
+        False,
+        False,
+    )
     rows_of_logits = []
     handle = model.register_forward_hook(lambda module, args, out: rows_of_logits.append(out.logits.shape[1]))
     try:
@@ -305,8 +365,9 @@ def test_batch_with_recycled_guesses_equals_greedy():
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9, 5, 6], [4, 8, 15, 4, 8, 15, 4, 8, 15]])
     kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, attention_mask=(ids != 0).long())
-    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False,
-                                       successors=2)
+    config = lookahead.LookaheadConfig(
+        window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False, successors=2
+    )
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()

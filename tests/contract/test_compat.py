@@ -8,12 +8,20 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from transformers import (GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria,
-                          StoppingCriteriaList, StopStringCriteria, TextIteratorStreamer)
-from transformers.generation.utils import GenerateDecoderOnlyOutput
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    StopStringCriteria,
+    TextIteratorStreamer,
+)
 from transformers.generation.streamers import BaseStreamer
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 import lookahead
+
 from strategies import configs, prompts, tokens
 from tiny_models import tiny_model, tiny_tokenizer, two_requests
 
@@ -26,16 +34,19 @@ def both(model, ids, config=None, **kwargs):
     return expected, got
 
 
-processor_kwargs = st.fixed_dictionaries({}, optional={
-    "repetition_penalty": st.floats(0.5, 2.0),
-    "no_repeat_ngram_size": st.integers(1, 4),
-    "bad_words_ids": st.lists(st.lists(tokens, min_size=1, max_size=2), min_size=1, max_size=3),
-    "suppress_tokens": st.lists(tokens, min_size=1, max_size=4),
-    "begin_suppress_tokens": st.lists(tokens, min_size=1, max_size=3),
-    "min_new_tokens": st.integers(1, 20),
-    "forced_eos_token_id": st.just(2),
-    "sequence_bias": st.dictionaries(st.tuples(tokens), st.floats(-5, 5), min_size=1, max_size=3),
-})
+processor_kwargs = st.fixed_dictionaries(
+    {},
+    optional={
+        "repetition_penalty": st.floats(0.5, 2.0),
+        "no_repeat_ngram_size": st.integers(1, 4),
+        "bad_words_ids": st.lists(st.lists(tokens, min_size=1, max_size=2), min_size=1, max_size=3),
+        "suppress_tokens": st.lists(tokens, min_size=1, max_size=4),
+        "begin_suppress_tokens": st.lists(tokens, min_size=1, max_size=3),
+        "min_new_tokens": st.integers(1, 20),
+        "forced_eos_token_id": st.just(2),
+        "sequence_bias": st.dictionaries(st.tuples(tokens), st.floats(-5, 5), min_size=1, max_size=3),
+    },
+)
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "qwen3"])
@@ -59,8 +70,9 @@ class PenaliseSeen(LogitsProcessor):
 @pytest.mark.parametrize("family", ["llama", "mistral"])
 def test_user_logits_processor(family):
     model = tiny_model(family, "eager")
-    kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None,
-                  logits_processor=LogitsProcessorList([PenaliseSeen()]))
+    kwargs = dict(
+        max_new_tokens=40, pad_token_id=0, eos_token_id=None, logits_processor=LogitsProcessorList([PenaliseSeen()])
+    )
     expected, got = both(model, REPEAT, **kwargs)
     assert got.tolist() == expected.tolist()
 
@@ -76,8 +88,9 @@ class StopAfter(StoppingCriteria):
 @given(ids=prompts, config=configs, stop=tokens)
 def test_user_stopping_criteria_stop_mid_block(ids, config, stop):
     model = tiny_model("llama", "sdpa")
-    kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None,
-                  stopping_criteria=StoppingCriteriaList([StopAfter(stop)]))
+    kwargs = dict(
+        max_new_tokens=40, pad_token_id=0, eos_token_id=None, stopping_criteria=StoppingCriteriaList([StopAfter(stop)])
+    )
     expected, got = both(model, ids, config, **kwargs)
     assert got.tolist() == expected.tolist()
 
@@ -85,7 +98,7 @@ def test_user_stopping_criteria_stop_mid_block(ids, config, stop):
 def test_stop_strings_with_tokenizer():
     model, tok = tiny_model("gpt2", "sdpa"), tiny_tokenizer()
     plain = model.generate(REPEAT, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=None)
-    text = tok.decode(plain[0, REPEAT.shape[1]:])
+    text = tok.decode(plain[0, REPEAT.shape[1] :])
     stop = text[9:11]  # two characters produced mid-way: generation must stop right there
     kwargs = dict(max_new_tokens=40, pad_token_id=0, eos_token_id=None, stop_strings=[stop], tokenizer=tok)
     expected, got = both(model, REPEAT, **kwargs)
@@ -108,10 +121,11 @@ def test_streamer_gets_prompt_then_each_final_token_once():
     model = tiny_model("llama", "sdpa")
     rec = Recorder()
     stats = lookahead.LookaheadStats()
-    got = lookahead.generate(model, REPEAT, max_new_tokens=30, pad_token_id=0, eos_token_id=None,
-                             streamer=rec, lookahead_stats=stats)
+    got = lookahead.generate(
+        model, REPEAT, max_new_tokens=30, pad_token_id=0, eos_token_id=None, streamer=rec, lookahead_stats=stats
+    )
     assert rec.puts[0] == REPEAT.tolist()
-    assert [p[0] for p in rec.puts[1:]] == got[0, REPEAT.shape[1]:].tolist()
+    assert [p[0] for p in rec.puts[1:]] == got[0, REPEAT.shape[1] :].tolist()
     assert rec.ended == 1
     assert stats.tokens_per_forward > 1  # several tokens per step still arrive one by one
 
@@ -122,21 +136,29 @@ def test_text_iterator_streamer_from_another_thread():
     result = {}
 
     def run():
-        result["ids"] = lookahead.generate(model, REPEAT, max_new_tokens=30, pad_token_id=0, eos_token_id=None,
-                                           streamer=streamer)
+        result["ids"] = lookahead.generate(
+            model, REPEAT, max_new_tokens=30, pad_token_id=0, eos_token_id=None, streamer=streamer
+        )
 
     thread = threading.Thread(target=run)
     thread.start()
     text = "".join(streamer)
     thread.join()
-    assert text == tok.decode(result["ids"][0, REPEAT.shape[1]:])
+    assert text == tok.decode(result["ids"][0, REPEAT.shape[1] :])
 
 
 @pytest.mark.parametrize("family", ["llama", "phi3"])
 def test_return_dict_with_scores_and_logits(family):
     model = tiny_model(family, "sdpa")
-    kwargs = dict(max_new_tokens=25, pad_token_id=0, eos_token_id=None, return_dict_in_generate=True,
-                  output_scores=True, output_logits=True, repetition_penalty=1.3)
+    kwargs = dict(
+        max_new_tokens=25,
+        pad_token_id=0,
+        eos_token_id=None,
+        return_dict_in_generate=True,
+        output_scores=True,
+        output_logits=True,
+        repetition_penalty=1.3,
+    )
     expected, got = both(model, REPEAT, **kwargs)
     assert isinstance(got, GenerateDecoderOnlyOutput)
     assert got.sequences.tolist() == expected.sequences.tolist()
@@ -159,9 +181,14 @@ def test_custom_generate_entry_point():
     rec = Recorder()
     stats = lookahead.LookaheadStats()
     kwargs = dict(max_new_tokens=30, pad_token_id=0, eos_token_id=None)
-    got = model.generate(REPEAT, custom_generate=lookahead.custom_generate, lookahead_stats=stats,
-                         lookahead_config=lookahead.LookaheadConfig(window=3, guesses=3), lookahead_streamer=rec,
-                         **kwargs)
+    got = model.generate(
+        REPEAT,
+        custom_generate=lookahead.custom_generate,
+        lookahead_stats=stats,
+        lookahead_config=lookahead.LookaheadConfig(window=3, guesses=3),
+        lookahead_streamer=rec,
+        **kwargs,
+    )
     assert got.tolist() == model.generate(REPEAT, do_sample=False, **kwargs).tolist()
     assert stats.steps > 0 and rec.ended == 1 and rec.puts[0] == REPEAT.tolist()
 
@@ -169,7 +196,7 @@ def test_custom_generate_entry_point():
 def test_custom_generate_with_stop_string_criterion():
     model, tok = tiny_model("llama", "sdpa"), tiny_tokenizer()
     plain = model.generate(REPEAT, do_sample=False, max_new_tokens=30, pad_token_id=0, eos_token_id=None)
-    stop = tok.decode(plain[0, REPEAT.shape[1] + 5: REPEAT.shape[1] + 7])
+    stop = tok.decode(plain[0, REPEAT.shape[1] + 5 : REPEAT.shape[1] + 7])
     kwargs = dict(max_new_tokens=30, pad_token_id=0, eos_token_id=None)
     criteria = StoppingCriteriaList([StopStringCriteria(tokenizer=tok, stop_strings=[stop])])
     got = model.generate(REPEAT, custom_generate=lookahead.custom_generate, stopping_criteria=criteria, **kwargs)
@@ -180,7 +207,7 @@ def test_custom_generate_with_stop_string_criterion():
 def test_stop_strings_from_a_generation_config():
     model, tok = tiny_model("gpt2", "sdpa"), tiny_tokenizer()
     plain = model.generate(REPEAT, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=None)
-    stop = tok.decode(plain[0, REPEAT.shape[1] + 3: REPEAT.shape[1] + 5])
+    stop = tok.decode(plain[0, REPEAT.shape[1] + 3 : REPEAT.shape[1] + 5])
     config = GenerationConfig(max_new_tokens=40, pad_token_id=0, eos_token_id=None, stop_strings=[stop])
     expected = model.generate(REPEAT, generation_config=config, tokenizer=tok)
     got = lookahead.generate(model, REPEAT, generation_config=config, tokenizer=tok)
@@ -194,16 +221,16 @@ def test_stop_strings_without_tokenizer_is_a_clear_error():
 
 def test_pool_kept_across_requests_helps_the_next_one():
     model = tiny_model("llama", "sdpa")
-    config = lookahead.LookaheadConfig(window=2, ngram=4, guesses=4, copy_length=0, prompt_ngrams=False,
-                                       adaptive=False)
+    config = lookahead.LookaheadConfig(window=2, ngram=4, guesses=4, copy_length=0, prompt_ngrams=False, adaptive=False)
     first, second = two_requests(model, REPEAT, config, lookahead.NgramPool(4, 4, context_tokens=config.context_tokens))
     assert second.forwards < first.forwards
 
 
 def test_pool_shape_must_match_the_config():
     with pytest.raises(ValueError, match="lookahead_pool"):
-        lookahead.generate(tiny_model("llama", "sdpa"), REPEAT, max_new_tokens=4,
-                           lookahead_pool=lookahead.NgramPool(3, 4))
+        lookahead.generate(
+            tiny_model("llama", "sdpa"), REPEAT, max_new_tokens=4, lookahead_pool=lookahead.NgramPool(3, 4)
+        )
 
 
 def test_stats_add_up_over_calls():

@@ -10,15 +10,27 @@ import lookahead
 from lookahead import LookaheadConfig, Unsupported
 
 
-@pytest.mark.parametrize("field,value,error", [
-    ("window", -1, ValueError), ("window", 257, ValueError), ("window", 2.0, TypeError),
-    ("ngram", 1, ValueError), ("ngram", 33, ValueError), ("ngram", "4", TypeError),
-    ("guesses", -1, ValueError), ("guesses", True, TypeError),
-    ("pool_capacity", 0, ValueError), ("method", "beam", ValueError),
-    ("on_unsupported", "ignore", ValueError), ("prompt_ngrams", 1, TypeError),
-    ("copy_length", -1, ValueError), ("copy_match", 0, ValueError), ("context_tokens", 3, ValueError),
-    ("adaptive", "yes", TypeError),
-])
+@pytest.mark.parametrize(
+    "field,value,error",
+    [
+        ("window", -1, ValueError),
+        ("window", 257, ValueError),
+        ("window", 2.0, TypeError),
+        ("ngram", 1, ValueError),
+        ("ngram", 33, ValueError),
+        ("ngram", "4", TypeError),
+        ("guesses", -1, ValueError),
+        ("guesses", True, TypeError),
+        ("pool_capacity", 0, ValueError),
+        ("method", "beam", ValueError),
+        ("on_unsupported", "ignore", ValueError),
+        ("prompt_ngrams", 1, TypeError),
+        ("copy_length", -1, ValueError),
+        ("copy_match", 0, ValueError),
+        ("context_tokens", 3, ValueError),
+        ("adaptive", "yes", TypeError),
+    ],
+)
 def test_invalid_config_names_the_field(field, value, error):
     with pytest.raises(error, match=field):
         LookaheadConfig(**{field: value})
@@ -34,12 +46,15 @@ def test_config_is_frozen():
         LookaheadConfig().window = 3
 
 
-@pytest.mark.parametrize("ids,error,match", [
-    (torch.zeros(1, 0, dtype=torch.long), ValueError, "at least one token"),
-    (torch.tensor([5, 6, 7]), ValueError, "2-D"),
-    (torch.tensor([[5.0, 6.0]]), TypeError, "dtype"),
-    ([[5, 6]], TypeError, "torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "ids,error,match",
+    [
+        (torch.zeros(1, 0, dtype=torch.long), ValueError, "at least one token"),
+        (torch.tensor([5, 6, 7]), ValueError, "2-D"),
+        (torch.tensor([[5.0, 6.0]]), TypeError, "dtype"),
+        ([[5, 6]], TypeError, "torch.Tensor"),
+    ],
+)
 def test_bad_input_ids(llama, ids, error, match):
     with pytest.raises(error, match=match):
         lookahead.generate(llama, ids, max_new_tokens=4)
@@ -73,8 +88,9 @@ def test_several_return_sequences_refused(llama):
 
 
 def test_flash_attention_refused():
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=48, hidden_size=32, intermediate_size=64,
-                                               num_hidden_layers=1, num_attention_heads=4)).eval()
+    model = tf.LlamaForCausalLM(
+        tf.LlamaConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    ).eval()
     model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(Unsupported, match="flash_attention_2"):
         lookahead.generate(model, torch.tensor([[5, 6]]), max_new_tokens=4)
@@ -97,16 +113,30 @@ def test_fallback_warns_and_equals_generate():
     ids = torch.tensor([[5, 6, 7, 5, 6, 7]])
     stats = lookahead.LookaheadStats()
     with pytest.warns(UserWarning, match="falling back"):
-        got = lookahead.generate(model, ids, max_new_tokens=12, pad_token_id=0, lookahead_stats=stats,
-                                 lookahead_config=LookaheadConfig(on_unsupported="fallback"))
+        got = lookahead.generate(
+            model,
+            ids,
+            max_new_tokens=12,
+            pad_token_id=0,
+            lookahead_stats=stats,
+            lookahead_config=LookaheadConfig(on_unsupported="fallback"),
+        )
     assert got.tolist() == model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0).tolist()
     assert stats.fallback and stats.new_tokens == 12
 
 
 def test_unverified_family_passing_the_probe_runs_exactly():
     torch.manual_seed(0)
-    config = tf.Starcoder2Config(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2)
+    config = tf.Starcoder2Config(
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
     ids = torch.tensor([[5, 6, 7, 8] * 4])
     got = lookahead.generate(model, ids, max_new_tokens=20, pad_token_id=0)
@@ -114,8 +144,9 @@ def test_unverified_family_passing_the_probe_runs_exactly():
 
 
 def test_encoder_decoder_refused():
-    config = tf.T5Config(vocab_size=48, d_model=32, d_ff=64, num_layers=1, num_heads=4, d_kv=8,
-                         decoder_start_token_id=0)
+    config = tf.T5Config(
+        vocab_size=48, d_model=32, d_ff=64, num_layers=1, num_heads=4, d_kv=8, decoder_start_token_id=0
+    )
     model = tf.T5ForConditionalGeneration(config).eval()
     with pytest.raises((Unsupported, ValueError, TypeError), match="(?i)encoder"):
         lookahead.generate(model, torch.tensor([[5, 6]]), max_new_tokens=4)

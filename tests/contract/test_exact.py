@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookahead
+
 from strategies import configs, eos_ids, max_new_tokens, prompts, repetitive_prompts
 from tiny_models import CASES, FAMILIES, tiny_model
 
@@ -38,9 +39,15 @@ def test_repetitive_prompts_accept_several_tokens_per_forward(family):
     ids = torch.tensor([motif * 6])
     expected = greedy(model, ids, max_new_tokens=64, eos_token_id=None, pad_token_id=0)
     stats = lookahead.LookaheadStats()
-    got = lookahead.generate(model, ids, max_new_tokens=64, eos_token_id=None, pad_token_id=0,
-                             lookahead_config=lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False),
-                             lookahead_stats=stats)
+    got = lookahead.generate(
+        model,
+        ids,
+        max_new_tokens=64,
+        eos_token_id=None,
+        pad_token_id=0,
+        lookahead_config=lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False),
+        lookahead_stats=stats,
+    )
     assert got.tolist() == expected.tolist()
     assert stats.pool_hits > 0
     assert max(k for k, n in enumerate(stats.accepted) if n) >= 2
@@ -53,8 +60,9 @@ def test_repetitive_prompts_compress_on_average(ids, seed):
     model = tiny_model("llama", "sdpa")
     stats = lookahead.LookaheadStats()
     config = lookahead.LookaheadConfig(window=3 + seed, ngram=4, guesses=6)
-    got = lookahead.generate(model, ids, max_new_tokens=40, eos_token_id=None, pad_token_id=0,
-                             lookahead_config=config, lookahead_stats=stats)
+    got = lookahead.generate(
+        model, ids, max_new_tokens=40, eos_token_id=None, pad_token_id=0, lookahead_config=config, lookahead_stats=stats
+    )
     assert got.tolist() == greedy(model, ids, max_new_tokens=40, eos_token_id=None, pad_token_id=0).tolist()
     assert stats.pool_lookups == stats.steps - stats.plain_steps - stats.copy_steps
 
@@ -74,7 +82,10 @@ def test_window_off_pool_only(family):
     ids = torch.tensor([[5, 6, 7, 8] * 5])
     config = lookahead.LookaheadConfig(window=0, guesses=5)
     kwargs = dict(max_new_tokens=30, eos_token_id=None, pad_token_id=0)
-    assert lookahead.generate(model, ids, lookahead_config=config, **kwargs).tolist() == greedy(model, ids, **kwargs).tolist()
+    assert (
+        lookahead.generate(model, ids, lookahead_config=config, **kwargs).tolist()
+        == greedy(model, ids, **kwargs).tolist()
+    )
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
@@ -92,4 +103,7 @@ def test_long_generation_slides_past_the_window():
     ids = torch.tensor([[7, 8, 9, 10, 11, 12] * 4])
     kwargs = dict(max_new_tokens=120, eos_token_id=None, pad_token_id=0)
     config = lookahead.LookaheadConfig(window=6, ngram=5, guesses=8)
-    assert lookahead.generate(model, ids, lookahead_config=config, **kwargs).tolist() == greedy(model, ids, **kwargs).tolist()
+    assert (
+        lookahead.generate(model, ids, lookahead_config=config, **kwargs).tolist()
+        == greedy(model, ids, **kwargs).tolist()
+    )

@@ -13,6 +13,7 @@ from transformers.generation.stopping_criteria import MaxLengthCriteria
 import lookahead
 from lookahead.decode import lookahead_decode
 from lookahead.verify import Pick, SamplingRule
+
 from tiny_models import tiny_model
 
 PROMPT = torch.tensor([[5, 6, 7, 8] * 4])
@@ -50,8 +51,15 @@ def lookahead_samples(model, rule_class=None):
         else:
             processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopKLogitsWarper(2)])
             stop = StoppingCriteriaList([MaxLengthCriteria(PROMPT.shape[1] + NEW)])
-            out = lookahead_decode(model, PROMPT, rule=rule_class(processors), stopping_criteria=stop,
-                                   config=CONFIG, stats=stats, cache=_cache(model)).ids
+            out = lookahead_decode(
+                model,
+                PROMPT,
+                rule=rule_class(processors),
+                stopping_criteria=stop,
+                config=CONFIG,
+                stats=stats,
+                cache=_cache(model),
+            ).ids
         hits += sum(stats.accepted[2:])
         counts[tuple(out[0, -TAIL:].tolist())] += 1
     return counts, hits
@@ -94,19 +102,27 @@ def test_same_seed_same_output_whatever_the_shape(model):
     """The noise is drawn per emitted token, so window, guesses and the adaptive controller
     (which reacts to timing) cannot change a seeded sample."""
     kwargs = dict(SAMPLING, max_new_tokens=30)
-    shapes = [CONFIG, lookahead.LookaheadConfig(), lookahead.LookaheadConfig(window=1, guesses=0, copy_length=0),
-              lookahead.LookaheadConfig(method="jacobi", window=5)]
+    shapes = [
+        CONFIG,
+        lookahead.LookaheadConfig(),
+        lookahead.LookaheadConfig(window=1, guesses=0, copy_length=0),
+        lookahead.LookaheadConfig(method="jacobi", window=5),
+    ]
     runs = []
     for config in shapes:
         torch.manual_seed(7)
         runs.append(lookahead.generate(model, PROMPT, lookahead_config=config, **kwargs).tolist())
-    gen = [lookahead.generate(model, PROMPT, generator=torch.Generator().manual_seed(9), **kwargs).tolist()
-           for _ in range(2)]
+    gen = [
+        lookahead.generate(model, PROMPT, generator=torch.Generator().manual_seed(9), **kwargs).tolist()
+        for _ in range(2)
+    ]
     assert all(run == runs[0] for run in runs) and gen[0] == gen[1]
 
 
-@pytest.mark.parametrize("extra", [dict(top_p=0.8), dict(min_p=0.1), dict(typical_p=0.9),
-                                   dict(repetition_penalty=1.2, no_repeat_ngram_size=2)])
+@pytest.mark.parametrize(
+    "extra",
+    [dict(top_p=0.8), dict(min_p=0.1), dict(typical_p=0.9), dict(repetition_penalty=1.2, no_repeat_ngram_size=2)],
+)
 def test_sampling_options_run_with_stats(model, extra):
     stats = lookahead.LookaheadStats()
     kwargs = dict(SAMPLING, max_new_tokens=20, **extra)

@@ -46,8 +46,9 @@ class Periodic(LogitsProcessor):
 
 
 def generate_both(model, ids, config, new, **extra):
-    kwargs = dict(max_new_tokens=new, eos_token_id=None, pad_token_id=0, return_dict_in_generate=True,
-                  output_logits=True, **extra)
+    kwargs = dict(
+        max_new_tokens=new, eos_token_id=None, pad_token_id=0, return_dict_in_generate=True, output_logits=True, **extra
+    )
     expected = model.generate(ids, do_sample=False, **kwargs)
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
@@ -73,18 +74,24 @@ def test_steps_longer_than_the_window_equal_greedy(family, backend):
     ids = torch.tensor([PERIOD * 3])
     processors = LogitsProcessorList([Periodic()])
     expected, got, stats = generate_both(model, ids, LONG_STEPS, 64, logits_processor=processors)
-    assert expected.sequences[0, -len(PERIOD):].tolist() != [expected.sequences[0, -1].item()] * len(PERIOD)
+    assert expected.sequences[0, -len(PERIOD) :].tolist() != [expected.sequences[0, -1].item()] * len(PERIOD)
     assert_same_generation(expected, got)
     assert longest_step(stats) > SLIDING, f"no step accepted more than the {SLIDING}-token window: {stats.accepted}"
 
 
 @settings(max_examples=max(4, settings.default.max_examples // 2))
-@given(family=st.sampled_from(SLIDING_FAMILIES), motif=st.lists(tokens, min_size=2, max_size=7),
-       repeats=st.integers(3, 6), window=st.integers(8, 16), copy_length=st.sampled_from([10, 16, 24]))
+@given(
+    family=st.sampled_from(SLIDING_FAMILIES),
+    motif=st.lists(tokens, min_size=2, max_size=7),
+    repeats=st.integers(3, 6),
+    window=st.integers(8, 16),
+    copy_length=st.sampled_from([10, 16, 24]),
+)
 def test_long_copied_steps_equal_greedy(family, motif, repeats, window, copy_length):
     """The model's own text on repetitive prompts (no forcing): tokens and logits."""
     model = tiny_model(family, "eager")
-    config = lookahead.LookaheadConfig(window=window, ngram=4, guesses=4, copy_length=copy_length, copy_match=4,
-                                       adaptive=False)
+    config = lookahead.LookaheadConfig(
+        window=window, ngram=4, guesses=4, copy_length=copy_length, copy_match=4, adaptive=False
+    )
     expected, got, _ = generate_both(model, torch.tensor([motif * repeats]), config, 48)
     assert_same_generation(expected, got)

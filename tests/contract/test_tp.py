@@ -21,16 +21,24 @@ import torch
 import transformers as tf
 
 import lookahead
-from lookahead import cli, distributed
-from lookahead import loading
+from lookahead import cli, distributed, loading
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 REPO = HELPERS.parents[1]
 RANKS = 2
 TIMEOUT_S = 150  # a hang fails the test; the whole launch takes ~30-50 s on two busy cores
-COMMON = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=512, bos_token_id=None, eos_token_id=None,
-              pad_token_id=0)  # fmt: skip
+COMMON = dict(
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=0,
+)
 CONFIGS = {
     "llama": lambda: tf.LlamaConfig(**COMMON),
     "mistral": lambda: tf.MistralConfig(**COMMON, sliding_window=9),
@@ -53,12 +61,25 @@ def _save_models(root: Path) -> None:
 
 
 def _launch(models: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", XDG_CACHE_HOME=str(cache), TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        XDG_CACHE_HOME=str(cache),
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}",
-           str(HELPERS / "tp_worker.py"), str(models), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={RANKS}",
+        str(HELPERS / "tp_worker.py"),
+        str(models),
+        str(out),
+    ]
     try:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as err:
@@ -87,7 +108,7 @@ def ranks(tmp_path_factory) -> list[dict]:
         pytest.skip(f"torchrun could not start {RANKS} gloo ranks here:\n{_tail(done.stderr, 1500)}")
     assert done.returncode == 0, f"torchrun failed (exit {done.returncode}):\n{_tail(done.stderr)}"
     found = [json.loads((out / f"rank{r}.json").read_text()) for r in range(RANKS)]
-    for r, data in enumerate(found):
+    for data in found:
         data["out"], data["cache"] = out, cache
     return found
 
@@ -190,8 +211,14 @@ def test_non_main_rank_runs_quietly(monkeypatch, capsys):
 
 
 # llama's modules, the last decoder layer offloaded to disk (its weights come in for each forward)
-OFFLOAD_MAP = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu",
-               "model.layers.1": "disk", "model.norm": "cpu", "lm_head": "cpu"}
+OFFLOAD_MAP = {
+    "model.embed_tokens": "cpu",
+    "model.rotary_emb": "cpu",
+    "model.layers.0": "cpu",
+    "model.layers.1": "disk",
+    "model.norm": "cpu",
+    "lm_head": "cpu",
+}
 
 
 @pytest.mark.parametrize("placement", ["auto", "offload"])
@@ -202,8 +229,9 @@ def test_device_map_models_equal_generate(tmp_path, placement):
     torch.manual_seed(0)
     tf.AutoModelForCausalLM.from_config(CONFIGS["llama"]()).save_pretrained(tmp_path / "llama")
     device_map = "auto" if placement == "auto" else OFFLOAD_MAP
-    model = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "llama", device_map=device_map,
-                                                    offload_folder=str(tmp_path / "offload")).eval()
+    model = tf.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "llama", device_map=device_map, offload_folder=str(tmp_path / "offload")
+    ).eval()
     if placement == "offload":
         assert "disk" in set(model.hf_device_map.values())
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from lookahead import testing
 from lookahead.tree import GuessTree
+
 from tiny_models import VOCAB
 
 # Token ids 3.. are ordinary text; 0 pad, 1 bos, 2 eos in the tiny models' configs.
@@ -65,7 +66,7 @@ def copy_texts(draw, others=()):
         if sources:
             src = draw(st.sampled_from(sources))
             a = draw(st.integers(0, len(src) - 1))
-            text = text + src[a: a + draw(st.integers(1, 12))] + draw(st.lists(st.integers(0, 3), max_size=2))
+            text = text + src[a : a + draw(st.integers(1, 12))] + draw(st.lists(st.integers(0, 3), max_size=2))
     return text[:40] or [draw(st.integers(0, 3))]
 
 

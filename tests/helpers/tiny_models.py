@@ -2,31 +2,48 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import torch
 import transformers as tf
 
 VOCAB = 48
-COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 SLIDING = 9  # shorter than the texts in the tests, so windows really slide
 SLIDING_FAMILIES = ("mistral", "qwen2", "qwen3", "phi3", "gemma2")  # the families built with sliding layers
 
 CONFIGS = {
     "llama": lambda: tf.LlamaConfig(**COMMON),
     "mistral": lambda: tf.MistralConfig(**COMMON, sliding_window=SLIDING),
-    "qwen2": lambda: tf.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=SLIDING,
-                                    max_window_layers=1),
-    "qwen3": lambda: tf.Qwen3Config(**COMMON, head_dim=8, use_sliding_window=True,
-                                    sliding_window=SLIDING, max_window_layers=1),
+    "qwen2": lambda: tf.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=SLIDING, max_window_layers=1),
+    "qwen3": lambda: tf.Qwen3Config(
+        **COMMON, head_dim=8, use_sliding_window=True, sliding_window=SLIDING, max_window_layers=1
+    ),
     "gemma2": lambda: tf.Gemma2Config(**COMMON, head_dim=8, sliding_window=SLIDING),
     "phi3": lambda: tf.Phi3Config(**COMMON, sliding_window=SLIDING),
     "phi": lambda: tf.PhiConfig(**COMMON),
     "gpt_neox": lambda: tf.GPTNeoXConfig(**COMMON),
-    "gpt2": lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256,
-                                  bos_token_id=1, eos_token_id=2, pad_token_id=0),
+    "gpt2": lambda: tf.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    ),
 }
 FAMILIES = tuple(CONFIGS)
 # gemma2's sdpa path is not verified (see lookahead.support); it is tested under eager only.
@@ -34,7 +51,7 @@ BACKENDS = {name: ("eager",) if name == "gemma2" else ("eager", "sdpa") for name
 CASES = tuple((name, backend) for name in FAMILIES for backend in BACKENDS[name])
 
 
-@lru_cache(maxsize=None)
+@cache
 def tiny_model(family: str, backend: str = "sdpa", seed: int = 0):
     """A fp32 eval-mode model of ``family`` with random weights drawn from ``seed``."""
     config = CONFIGS[family]()
@@ -44,7 +61,7 @@ def tiny_model(family: str, backend: str = "sdpa", seed: int = 0):
     return model.eval()
 
 
-@lru_cache(maxsize=None)
+@cache
 def tiny_tokenizer():
     """A character-level fast tokenizer over the tiny models' vocabulary (ids 3.. are letters)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -85,7 +102,6 @@ def two_requests(model, ids, config, pool, max_new_tokens: int = 40):
     kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=0, eos_token_id=None)
     first, second = lookahead.LookaheadStats(), lookahead.LookaheadStats()
     lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, lookahead_stats=first, **kwargs)
-    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, lookahead_stats=second,
-                             **kwargs)
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, lookahead_stats=second, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     return first, second

@@ -61,8 +61,9 @@ def check_family(model) -> dict:
     torch.manual_seed(1234)
     sampled = lookahead.generate(model, ids, do_sample=True, top_k=0, **COMMON)
     generator = torch.Generator().manual_seed(99)
-    sampled_custom = model.generate(ids, do_sample=True, top_k=0, custom_generate=lookahead.custom_generate,
-                                    lookahead_generator=generator, **COMMON)
+    sampled_custom = model.generate(
+        ids, do_sample=True, top_k=0, custom_generate=lookahead.custom_generate, lookahead_generator=generator, **COMMON
+    )
     rng_after = torch.rand(4).tolist()  # equal on every rank only if every rank drew alike
     return {
         "tp_size": getattr(model, "tp_size", None),
@@ -88,9 +89,22 @@ def run_bench(bench_dir: Path, out: Path, rank: int) -> dict:
     """``lookahead bench --tp`` in this process; what it printed and returned."""
     from lookahead import cli
 
-    argv = ["bench", "--tp", "--model", str(bench_dir), "--prompts", str(bench_dir / "prompts.jsonl"),
-            "--limit", "1", "--max-new-tokens", "24", "--methods", "greedy,lookahead",
-            "--json", str(out / f"bench.{rank}.json")]  # fmt: skip
+    argv = [
+        "bench",
+        "--tp",
+        "--model",
+        str(bench_dir),
+        "--prompts",
+        str(bench_dir / "prompts.jsonl"),
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "24",
+        "--methods",
+        "greedy,lookahead",
+        "--json",
+        str(out / f"bench.{rank}.json"),
+    ]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         status = cli.main(argv)

@@ -34,8 +34,9 @@ class CacheMachine(RuleBasedStateMachine):
     tokens holds (sliding layers: the same recent stretch).
     """
 
-    @initialize(family=st.sampled_from(["llama", "mistral", "qwen2", "gemma2"]),
-                prompt=st.lists(tokens, min_size=1, max_size=6))
+    @initialize(
+        family=st.sampled_from(["llama", "mistral", "qwen2", "gemma2"]), prompt=st.lists(tokens, min_size=1, max_size=6)
+    )
     def setup(self, family, prompt):
         self.model = tiny_model(family, "eager")
         self.committed = list(prompt)
@@ -53,8 +54,13 @@ class CacheMachine(RuleBasedStateMachine):
         offsets, mask = self.mask.build(tree, sizes, torch.ones(past, dtype=torch.bool))
         ids = torch.tensor([[root] + tree.tokens.tolist()])
         with torch.no_grad():
-            self.model(input_ids=ids, position_ids=(past + offsets)[None], attention_mask=mask,
-                       cache=self.cache, use_cache=True)
+            self.model(
+                input_ids=ids,
+                position_ids=(past + offsets)[None],
+                attention_mask=mask,
+                cache=self.cache,
+                use_cache=True,
+            )
         path, node = [0], 0
         while True:
             kids = [tree.base + d for d in range(tree.size) if tree.parents[d] == node]
@@ -142,9 +148,13 @@ class LongStepMachine(RuleBasedStateMachine):
         prepare_cache(self.cache)
         self.windows, self.index = attention_groups(self.model, self.cache)
 
-    @rule(root=tokens, levels=st.integers(1, 2), chain=st.lists(tokens, max_size=SLIDING + 2),
-          cands=st.lists(st.lists(tokens, min_size=SLIDING + 1, max_size=SLIDING + 5), min_size=1, max_size=3),
-          data=st.data())
+    @rule(
+        root=tokens,
+        levels=st.integers(1, 2),
+        chain=st.lists(tokens, max_size=SLIDING + 2),
+        cands=st.lists(st.lists(tokens, min_size=SLIDING + 1, max_size=SLIDING + 5), min_size=1, max_size=3),
+        data=st.data(),
+    )
     def step(self, root, levels, chain, cands, data):
         width, past = len(chain), len(self.committed)
         upper = [data.draw(st.lists(tokens, min_size=width, max_size=width)) for _ in range(levels - 1)]
@@ -157,8 +167,13 @@ class LongStepMachine(RuleBasedStateMachine):
         offsets, mask = step_mask.build(tree, sizes, torch.ones(past, dtype=torch.bool))
         ids = torch.tensor([[root] + chain + [t for row in upper for t in row] + tree.tokens.tolist()])
         with torch.no_grad():
-            logits = self.model(input_ids=ids, position_ids=(past + offsets)[None], attention_mask=mask,
-                                cache=self.cache, use_cache=True).logits[0]
+            logits = self.model(
+                input_ids=ids,
+                position_ids=(past + offsets)[None],
+                attention_mask=mask,
+                cache=self.cache,
+                use_cache=True,
+            ).logits[0]
 
         nodes = list(range(width + 1)) + [base + d for d in range(tree.size)]
         deepest = max(nodes, key=lambda n: n if n <= width else int(tree.depths[n - base]))
@@ -173,7 +188,7 @@ class LongStepMachine(RuleBasedStateMachine):
 
         with torch.no_grad():
             full = self.model(input_ids=torch.tensor([self.committed])).logits[0]
-        torch.testing.assert_close(logits[path], full[-len(path):], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(logits[path], full[-len(path) :], rtol=1e-4, atol=1e-4)
 
     @invariant()
     def matches_recompute(self):
@@ -205,13 +220,14 @@ def entries(cache: DynamicCache) -> list:
 def test_commit_rows_moves_each_row_s_kept_entries(rows, past_len, step, data):
     """Row r keeps step entries ``keep[r]`` (any indices, repeats allowed: holes repeat one)."""
     m = data.draw(st.integers(1, step))
-    keep = data.draw(st.lists(st.lists(st.integers(0, step - 1), min_size=m, max_size=m), min_size=rows,
-                              max_size=rows))
+    keep = data.draw(st.lists(st.lists(st.integers(0, step - 1), min_size=m, max_size=m), min_size=rows, max_size=rows))
     cache = random_cache(rows, past_len + step)
     before = entries(cache)
     commit_rows(cache, past_len, torch.tensor(keep))
-    expected = [[[row[:past_len] + [row[past_len + k] for k in kept] for row, kept in zip(t, keep)] for t in layer]
-                for layer in before]
+    expected = [
+        [[row[:past_len] + [row[past_len + k] for k in kept] for row, kept in zip(t, keep)] for t in layer]
+        for layer in before
+    ]
     assert entries(cache) == expected
 
 
@@ -225,8 +241,10 @@ def test_trim_and_gather_rows(rows, length, data):
     cache = random_cache(rows, length)
     before = entries(cache)
     size = data.draw(st.integers(0, length))
-    index = data.draw(st.lists(st.lists(st.integers(0, length - 1), min_size=size, max_size=size), min_size=rows,
-                               max_size=rows))
+    index = data.draw(
+        st.lists(st.lists(st.integers(0, length - 1), min_size=size, max_size=size), min_size=rows, max_size=rows)
+    )
     gather_rows(cache, torch.tensor(index, dtype=torch.long).reshape(rows, size))
-    assert entries(cache) == [[[[row[i] for i in idx] for row, idx in zip(t, index)] for t in layer]
-                              for layer in before]
+    assert entries(cache) == [
+        [[[row[i] for i in idx] for row, idx in zip(t, index)] for t in layer] for layer in before
+    ]

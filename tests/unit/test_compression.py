@@ -82,8 +82,7 @@ def compression(name: str) -> float:
 
 # the sources a case may credit: its own (the window's n-grams reach the pool, and level 0
 # is verified too, so the window case may credit both)
-CREDITED = {"pool": {"pool"}, "copy": {"copy"}, "window": {"window", "pool"},
-            "trie merge": {"window", "copy", "pool"}}
+CREDITED = {"pool": {"pool"}, "copy": {"copy"}, "window": {"window", "pool"}, "trie merge": {"window", "copy", "pool"}}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -118,8 +117,9 @@ def two_token_compression(context_tokens: int) -> float:
     model = tiny_model("llama", "sdpa")
     config = only(ngram=4, guesses=1, prompt_ngrams=True, context_tokens=context_tokens)
     ids = torch.tensor([AMBIGUOUS * 3])
-    kwargs = dict(max_new_tokens=40, eos_token_id=None, pad_token_id=0,
-                  logits_processor=LogitsProcessorList([Ambiguous()]))
+    kwargs = dict(
+        max_new_tokens=40, eos_token_id=None, pad_token_id=0, logits_processor=LogitsProcessorList([Ambiguous()])
+    )
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
@@ -144,8 +144,15 @@ def test_the_counts_the_floors_read_add_up(monkeypatch):
 
     monkeypatch.setattr(model, "forward", slow_forward)
     stats = lookahead.LookaheadStats()
-    lookahead.generate(model, torch.tensor([PROMPTS[0]]), max_new_tokens=30, eos_token_id=None, pad_token_id=0,
-                       lookahead_config=CASES["copy"][1], lookahead_stats=stats)
+    lookahead.generate(
+        model,
+        torch.tensor([PROMPTS[0]]),
+        max_new_tokens=30,
+        eos_token_id=None,
+        pad_token_id=0,
+        lookahead_config=CASES["copy"][1],
+        lookahead_stats=stats,
+    )
     assert stats.new_tokens == 30 == 1 + sum(k * n for k, n in enumerate(stats.accepted))
     assert stats.forwards == stats.steps + 1 == sum(stats.accepted) + 1
     assert stats.forward_s >= 0.005 * stats.forwards

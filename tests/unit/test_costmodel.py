@@ -32,8 +32,9 @@ def test_key_tells_dtypes_and_architectures_apart():
     assert costmodel.curve_key(a) != costmodel.curve_key(tiny_model("llama", "eager"))
 
 
-@pytest.mark.parametrize("sizes,costs", [((1,), (1.0,)), ((2, 4), (1.0, 2.0)), ((1, 1), (1.0, 1.0)),
-                                         ((1, 2), (1.0, 0.0))])
+@pytest.mark.parametrize(
+    "sizes,costs", [((1,), (1.0,)), ((2, 4), (1.0, 2.0)), ((1, 1), (1.0, 1.0)), ((1, 2), (1.0, 0.0))]
+)
 def test_bad_curves_are_refused(sizes, costs):
     with pytest.raises(ValueError, match="CostCurve"):
         CostCurve(sizes, costs)

@@ -40,8 +40,9 @@ def pick(token: int) -> Pick:
 
 
 def sequence(prompt, criteria=(), keep_scores=False, keep_logits=False) -> Sequence:
-    return Sequence(torch.tensor([prompt]), StoppingCriteriaList(list(criteria)), None, LookaheadStats(),
-                    keep_scores, keep_logits)
+    return Sequence(
+        torch.tensor([prompt]), StoppingCriteriaList(list(criteria)), None, LookaheadStats(), keep_scores, keep_logits
+    )
 
 
 @pytest.mark.parametrize("read_every", [1, 97])
@@ -80,6 +81,7 @@ def test_sequence_keeps_scores_and_logits_only_when_asked(keep_scores, keep_logi
 def test_default_criteria_are_answered_without_running_them(monkeypatch):
     """A length limit and EOS ids (the criteria ``generate`` builds by default) are answered
     from the length and the newest token (lookahead.stopping): the criteria never run."""
+
     def never_call(self, *args, **kwargs):
         raise AssertionError("the default criteria ran")
 
@@ -122,19 +124,22 @@ def layout(chain, rows, origins, windowed=True) -> Layout:
     return Layout(tree, None, None, None, cands, tuple(origins), windowed)
 
 
-@pytest.mark.parametrize("chain,rows,origins,held,source", [
-    # level 0 matches longest
-    ([10, 11, 12], [[10, 11, 13], [10]], ["copy", "pool"], [10, 11, 12], "window"),
-    # a row matches longer than level 0
-    ([10, 11, 12], [[10, 11, 13], [10]], ["copy", "pool"], [10, 11, 13], "copy"),
-    ([10, 11, 12], [[10], [10, 11, 13, 14]], ["copy", "pool"], [10, 11, 13, 14], "pool"),
-    # ties: level 0 first, then the first row among the longest
-    ([10, 11, 12], [[10, 11, 12], [10, 11, 12]], ["copy", "pool"], [10, 11, 12], "window"),
-    ([], [[20, 21, -1], [20, 21, 22]], ["copy", "pool"], [20, 21], "copy"),
-    ([], [[20, 21, -1], [20, 21, 22]], ["pool", "successors"], [20, 21, 5], "pool"),
-    # nothing guessed matches (cannot happen after an accepted guess, but defined)
-    ([], [[30, 31]], ["pool"], [40], "window"),
-])
+@pytest.mark.parametrize(
+    "chain,rows,origins,held,source",
+    [
+        # level 0 matches longest
+        ([10, 11, 12], [[10, 11, 13], [10]], ["copy", "pool"], [10, 11, 12], "window"),
+        # a row matches longer than level 0
+        ([10, 11, 12], [[10, 11, 13], [10]], ["copy", "pool"], [10, 11, 13], "copy"),
+        ([10, 11, 12], [[10], [10, 11, 13, 14]], ["copy", "pool"], [10, 11, 13, 14], "pool"),
+        # ties: level 0 first, then the first row among the longest
+        ([10, 11, 12], [[10, 11, 12], [10, 11, 12]], ["copy", "pool"], [10, 11, 12], "window"),
+        ([], [[20, 21, -1], [20, 21, 22]], ["copy", "pool"], [20, 21], "copy"),
+        ([], [[20, 21, -1], [20, 21, 22]], ["pool", "successors"], [20, 21, 5], "pool"),
+        # nothing guessed matches (cannot happen after an accepted guess, but defined)
+        ([], [[30, 31]], ["pool"], [40], "window"),
+    ],
+)
 def test_source_of_credits_the_longest_match(chain, rows, origins, held, source):
     assert layout(chain, rows, origins).source_of(held) == source
 
@@ -143,10 +148,18 @@ def test_source_of_without_rows_is_the_window():
     assert layout([10, 11], [], []).source_of([10, 11]) == "window"
 
 
-@pytest.mark.parametrize("row,held,n", [
-    ([1, 2, 3], [1, 2, 4], 2), ([1, 2], [1, 2, 3], 2), ([1, 2, 3], [1, 2], 2), ([5], [1], 0),
-    ([], [1], 0), ([1, 2, 3, 4], [1, 2, 3, 4], 4), (np.array([7, -1]), [7, 8], 1),
-])
+@pytest.mark.parametrize(
+    "row,held,n",
+    [
+        ([1, 2, 3], [1, 2, 4], 2),
+        ([1, 2], [1, 2, 3], 2),
+        ([1, 2, 3], [1, 2], 2),
+        ([5], [1], 0),
+        ([], [1], 0),
+        ([1, 2, 3, 4], [1, 2, 3, 4], 4),
+        (np.array([7, -1]), [7, 8], 1),
+    ],
+)
 def test_common_prefix(row, held, n):
     assert _common(row, held) == n
 
@@ -232,13 +245,23 @@ def test_plain_steps_over_full_attention_leave_the_mask_to_the_model():
     for ids, masked in ((RANDOM[:, 3:], False), (RANDOM, True)):
         plain = []  # per one-token forward: whether it fed a mask
         handle = model.register_forward_pre_hook(
-            lambda module, args, kwargs: plain.append(kwargs["attention_mask"] is not None)
-            if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
+            lambda module, args, kwargs, plain=plain: (
+                plain.append(kwargs["attention_mask"] is not None) if kwargs["input_ids"].shape[1] == 1 else None
+            ),
+            with_kwargs=True,
+        )
         stats = LookaheadStats()
         try:
-            lookahead.generate(model, ids, attention_mask=(ids != 0).long(), lookahead_stats=stats,
-                               lookahead_costs=CostCurve.linear(1.0), max_new_tokens=24, eos_token_id=None,
-                               pad_token_id=0)
+            lookahead.generate(
+                model,
+                ids,
+                attention_mask=(ids != 0).long(),
+                lookahead_stats=stats,
+                lookahead_costs=CostCurve.linear(1.0),
+                max_new_tokens=24,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
         finally:
             handle.remove()
         assert stats.plain_steps > 5
@@ -246,8 +269,9 @@ def test_plain_steps_over_full_attention_leave_the_mask_to_the_model():
         assert plain.count(False) == (0 if masked else stats.plain_steps)
 
 
-@pytest.mark.parametrize("family,padded", [("llama", False), ("llama", True), ("mistral", False),
-                                           ("mistral", True), ("qwen2", False)])
+@pytest.mark.parametrize(
+    "family,padded", [("llama", False), ("llama", True), ("mistral", False), ("mistral", True), ("qwen2", False)]
+)
 def test_plain_steps_equal_greedy(family, padded):
     """Plain steps (the controller backs off on random text when a forward costs in
     proportion to its tokens), 40 of them: over a left-padded prompt they still mask the
@@ -272,8 +296,7 @@ def test_controller_weighs_the_given_cost_curve():
     plain = {}
     for per_token in (0.01, 1.0):
         stats = lookahead.LookaheadStats()
-        lookahead.generate(model, RANDOM, lookahead_stats=stats, lookahead_costs=CostCurve.linear(per_token),
-                           **kwargs)
+        lookahead.generate(model, RANDOM, lookahead_stats=stats, lookahead_costs=CostCurve.linear(per_token), **kwargs)
         plain[per_token] = stats.plain_steps
     assert plain[0.01] == 0 and plain[1.0] > 10
 
@@ -291,21 +314,29 @@ def test_copy_guess_follows_its_budget(adaptive):
     fed = []
     model.register_forward_pre_hook(
         lambda module, args, kwargs: fed.append((kwargs["input_ids"][0].tolist(), int(kwargs["position_ids"][0, 0]))),
-        with_kwargs=True)
+        with_kwargs=True,
+    )
     copied, cuts = [], 0
     for prompt in ([4, 8, 15] * 5, [9, 9, 10, 11, 12] * 3, [5, 9, 14, 7, 22, 31] * 3):
         fed.clear()
         ids = torch.tensor([prompt])
-        out = lookahead.generate(model, ids, lookahead_config=config, max_new_tokens=48, eos_token_id=None,
-                                 pad_token_id=0, lookahead_stats=stats,
-                                 lookahead_costs=CostCurve.linear(1.0))[0].tolist()
+        out = lookahead.generate(
+            model,
+            ids,
+            lookahead_config=config,
+            max_new_tokens=48,
+            eos_token_id=None,
+            pad_token_id=0,
+            lookahead_stats=stats,
+            lookahead_costs=CostCurve.linear(1.0),
+        )[0].tolist()
         steps = fed[1:]  # after the prefill
         budget = 4
         for i, (tokens, root) in enumerate(steps):
             guess = tokens[1:]
             assert len(guess) in (0, budget)
             end = steps[i + 1][1] + 1 if i + 1 < len(steps) else len(out)
-            appended = out[root + 1: end]
+            appended = out[root + 1 : end]
             if guess:
                 held = _common(guess, appended)
                 budget = min(2 * budget, 16) if held == len(guess) else min(held + 2, 16)
@@ -364,8 +395,15 @@ def test_accepted_text_is_filed_once():
 
     model = tiny_model("llama", "sdpa")
     config = lookahead.LookaheadConfig(window=0, ngram=4, guesses=4, successors=0, adaptive=False)
-    out = lookahead.generate(model, REPEAT, lookahead_config=config, lookahead_pool=Recording(4, 4),
-                             max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    out = lookahead.generate(
+        model,
+        REPEAT,
+        lookahead_config=config,
+        lookahead_pool=Recording(4, 4),
+        max_new_tokens=24,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     assert filed == kernels.text_ngrams(out[0].numpy(), 0, 4)[0].tolist()
 
 
@@ -382,11 +420,11 @@ def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
 
     monkeypatch.setattr(Decoder, "_advance_window", spy)
     handle = model.register_forward_pre_hook(
-        lambda module, args, kwargs: fed.append(int(kwargs["input_ids"][0, 0])), with_kwargs=True)
+        lambda module, args, kwargs: fed.append(int(kwargs["input_ids"][0, 0])), with_kwargs=True
+    )
     try:
         config = lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False)
-        lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None,
-                           pad_token_id=0)
+        lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
     finally:
         handle.remove()
     assert len(roots) == len(fed) - 1 > 3  # every step after the prefill is windowed
@@ -397,11 +435,19 @@ def test_window_ngrams_are_filed_under_their_two_token_context():
     """With ``context_tokens=2`` the window's n-grams are also filed under the pair of the
     token before them and their first token (the pool's keys from 2**32 on)."""
     model = tiny_model("phi", "sdpa")
-    config = lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False, prompt_ngrams=False,
-                                       context_tokens=2, successors=0)
+    config = lookahead.LookaheadConfig(
+        window=4, ngram=4, guesses=4, adaptive=False, prompt_ngrams=False, context_tokens=2, successors=0
+    )
     pool = lookahead.NgramPool(4, 4, context_tokens=2)
-    lookahead.generate(model, REPEAT, lookahead_config=config, lookahead_pool=pool, max_new_tokens=16,
-                       eos_token_id=None, pad_token_id=0)
+    lookahead.generate(
+        model,
+        REPEAT,
+        lookahead_config=config,
+        lookahead_pool=pool,
+        max_new_tokens=16,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     keys = pool._keys[pool._keys >= 0]
     assert (keys < 1 << 32).any() and (keys >= 1 << 32).any()
 
@@ -413,14 +459,17 @@ def test_recycled_guesses_are_ngram_minus_one_long():
     depths = []
     handle = model.register_forward_pre_hook(
         lambda module, args, kwargs: depths.append(int(kwargs["position_ids"][0, -1] - kwargs["position_ids"][0, 0])),
-        with_kwargs=True)
+        with_kwargs=True,
+    )
     try:
         for ngram in (3, 5):
             depths.clear()
-            config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, prompt_ngrams=False,
-                                               adaptive=False, successors=2, ngram=ngram)
-            lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None,
-                               pad_token_id=0)
+            config = lookahead.LookaheadConfig(
+                window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False, successors=2, ngram=ngram
+            )
+            lookahead.generate(
+                model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0
+            )
             assert max(depths[1:]) == ngram - 1
     finally:
         handle.remove()
@@ -431,7 +480,8 @@ def fed_per_forward(model, run):
     fed = []
     handle = model.register_forward_pre_hook(
         lambda module, args, kwargs: fed.append((kwargs["input_ids"].shape[1], int(kwargs["position_ids"][0, 0]))),
-        with_kwargs=True)
+        with_kwargs=True,
+    )
     try:
         run()
     finally:
@@ -445,14 +495,26 @@ def test_stats_count_what_the_forwards_did():
     with the pool as the only source, one lookup per step and a hit exactly when the step
     fed guesses."""
     model = tiny_model("gpt2", "sdpa")
-    config = lookahead.LookaheadConfig(window=0, guesses=4, ngram=4, copy_length=0, successors=0,
-                                       prompt_ngrams=True, adaptive=False)
+    config = lookahead.LookaheadConfig(
+        window=0, guesses=4, ngram=4, copy_length=0, successors=0, prompt_ngrams=True, adaptive=False
+    )
     ids = torch.tensor([[4, 8, 15] * 5])
     stats = lookahead.LookaheadStats()
     out = []
-    fed = fed_per_forward(model, lambda: out.append(lookahead.generate(
-        model, ids, lookahead_config=config, lookahead_stats=stats, max_new_tokens=40, eos_token_id=None,
-        pad_token_id=0)))
+    fed = fed_per_forward(
+        model,
+        lambda: out.append(
+            lookahead.generate(
+                model,
+                ids,
+                lookahead_config=config,
+                lookahead_stats=stats,
+                max_new_tokens=40,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        ),
+    )
     steps = fed[1:]
     assert stats.forwards == stats.row_forwards == len(fed) and stats.steps == len(steps)
     assert stats.new_tokens == out[0].shape[1] - ids.shape[1] == 40
@@ -484,7 +546,8 @@ def test_copy_guess_reads_a_kept_pool_s_history():
     """With a pool kept across requests, the copy guess may copy from an earlier request's
     text: the second request of the same prompt, copy only, equals greedy and copies more."""
     model = tiny_model("llama", "sdpa")
-    config = lookahead.LookaheadConfig(window=0, guesses=1, ngram=2, copy_length=16, prompt_ngrams=False,
-                                       successors=0, adaptive=False)
+    config = lookahead.LookaheadConfig(
+        window=0, guesses=1, ngram=2, copy_length=16, prompt_ngrams=False, successors=0, adaptive=False
+    )
     first, second = two_requests(model, REPEAT, config, lookahead.NgramPool(2, 1, context_tokens=config.context_tokens))
     assert second.source_tokens.get("copy", 0) > first.source_tokens.get("copy", 0)

@@ -22,12 +22,11 @@ def test_text_ngrams_start_after_start_with_the_token_before(tokens, start, n):
     arr = np.array(tokens, dtype=np.int64)
     got, before = text_ngrams(arr, start, n)
     first = max(start, 0)
-    assert got.tolist() == [tokens[i:i + n] for i in range(first, len(tokens) - n + 1)]
+    assert got.tolist() == [tokens[i : i + n] for i in range(first, len(tokens) - n + 1)]
     assert before.tolist() == [tokens[i - 1] if i > 0 else -1 for i in range(first, len(tokens) - n + 1)]
 
 
-@given(tokens=st.lists(st.integers(0, 5), min_size=1, max_size=40), match=st.integers(1, 3),
-       length=st.integers(1, 8))
+@given(tokens=st.lists(st.integers(0, 5), min_size=1, max_size=40), match=st.integers(1, 3), length=st.integers(1, 8))
 def test_copy_guess_follows_the_latest_longest_match_and_loops_on(tokens, match, length):
     from lookahead.kernels import copy_guess
 
@@ -37,7 +36,7 @@ def test_copy_guess_follows_the_latest_longest_match_and_loops_on(tokens, match,
     expected = []
     for k in range(min(match, len(tokens) - 1), 0, -1):
         tail = tokens[-k:]
-        starts = [s for s in range(len(tokens) - k) if tokens[s:s + k] == tail]
+        starts = [s for s in range(len(tokens) - k) if tokens[s : s + k] == tail]
         if starts:
             s = max(starts)
             text = list(tokens)
@@ -109,6 +108,7 @@ def test_copy_with_history_equals_the_reference(case, max_match, length):
     earlier, text = case
     history = [t for e in earlier for t in e + [-1]]
     out = np.zeros(length, dtype=np.int64)
-    n = kernels.copy_guess_with_history(np.array(history, dtype=np.int64), np.array(text, dtype=np.int64),
-                                        max_match, length, out)
+    n = kernels.copy_guess_with_history(
+        np.array(history, dtype=np.int64), np.array(text, dtype=np.int64), max_match, length, out
+    )
     assert out[:n].tolist() == reference_copy(history, text, max_match, length)

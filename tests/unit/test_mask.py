@@ -25,8 +25,6 @@ from mask_reference import reference_mask
 from strategies import mask_cases
 from tiny_models import SLIDING, VOCAB
 
-
-
 tokens = st.integers(3, VOCAB - 1)
 
 
@@ -40,7 +38,7 @@ def test_step_mask_equals_the_reference(case):
     blocked = torch.finfo(torch.float32).min
     assert torch.all((mask == 0) | (mask == blocked))
     assert ((mask[0, 0] == 0).numpy() == expected).all()
-    assert offsets.tolist()[: 1 + levels * width] == [0] + [1 + i + l for l in range(levels) for i in range(width)]
+    assert offsets.tolist()[: 1 + levels * width] == [0] + [1 + i + lv for lv in range(levels) for i in range(width)]
 
 
 @given(mask_cases(), st.integers(1, 7))
@@ -149,16 +147,22 @@ def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
             columns = entries + list(range(length, length + q))
             assert (seen[:, columns].numpy() == expected).all()
             assert not seen[:, :length][:, ~past_keep[r]].any()  # holes and padding
-            assert not seen[:, length + q:].any()  # this row's filler tokens
+            assert not seen[:, length + q :].any()  # this row's filler tokens
 
 
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=4), st.integers(0, 3), st.data())
 def test_stack_steps_pads_each_row_with_fillers_that_see_themselves(sizes, extra, data):
     width = max(sizes) + extra
-    offsets = [torch.tensor(data.draw(st.lists(st.integers(0, 9), min_size=q, max_size=q)), dtype=torch.long)
-               for q in sizes]
-    allowed = [torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=q, max_size=q), min_size=q,
-                                               max_size=q)), dtype=torch.bool).reshape(q, q) for q in sizes]
+    offsets = [
+        torch.tensor(data.draw(st.lists(st.integers(0, 9), min_size=q, max_size=q)), dtype=torch.long) for q in sizes
+    ]
+    allowed = [
+        torch.tensor(
+            data.draw(st.lists(st.lists(st.booleans(), min_size=q, max_size=q), min_size=q, max_size=q)),
+            dtype=torch.bool,
+        ).reshape(q, q)
+        for q in sizes
+    ]
     out_offsets, out_allowed = stack_steps(offsets, allowed, width)
     assert out_offsets.shape == (len(sizes), width) and out_offsets.dtype == torch.long
     assert out_allowed.shape == (len(sizes), width, width) and out_allowed.dtype == torch.bool
@@ -179,8 +183,14 @@ def test_batch_step_tensors_live_on_the_rows_device():
     stacked_offsets, stacked_allowed = stack_steps(offsets, allowed, 4)
     assert stacked_offsets.device.type == stacked_allowed.device.type == "meta"
     groups = {"full_attention": None, "sliding_attention": 3}
-    masks = batch_masks(stacked_offsets, stacked_allowed, torch.zeros(2, dtype=torch.long, **meta),
-                        torch.ones(2, 5, dtype=torch.bool, **meta), torch.zeros(2, 5, dtype=torch.long, **meta),
-                        groups, torch.float16)
+    masks = batch_masks(
+        stacked_offsets,
+        stacked_allowed,
+        torch.zeros(2, dtype=torch.long, **meta),
+        torch.ones(2, 5, dtype=torch.bool, **meta),
+        torch.zeros(2, 5, dtype=torch.long, **meta),
+        groups,
+        torch.float16,
+    )
     for mask in masks.values():
         assert mask.device.type == "meta" and mask.dtype == torch.float16 and mask.shape == (2, 1, 4, 9)

@@ -41,8 +41,9 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def insert(self, data):
-        rows = data.draw(st.lists(st.lists(small_tokens, min_size=self.ngram, max_size=self.ngram),
-                                  min_size=1, max_size=6))
+        rows = data.draw(
+            st.lists(st.lists(small_tokens, min_size=self.ngram, max_size=self.ngram), min_size=1, max_size=6)
+        )
         before = data.draw(st.lists(st.integers(-1, 7), min_size=len(rows), max_size=len(rows)))
         self.pool.insert(np.array(rows, dtype=np.int64), np.array(before, dtype=np.int64))
         if self.context == 2:
@@ -72,8 +73,11 @@ class PoolMachine(RuleBasedStateMachine):
 TestPoolMachine = PoolMachine.TestCase
 
 
-@given(ngram=st.integers(2, 4), guesses=st.integers(1, 3),
-       rows=st.lists(st.lists(st.integers(0, 500), min_size=4, max_size=4), min_size=1, max_size=200))
+@given(
+    ngram=st.integers(2, 4),
+    guesses=st.integers(1, 3),
+    rows=st.lists(st.lists(st.integers(0, 500), min_size=4, max_size=4), min_size=1, max_size=200),
+)
 def test_tiny_capacity_bounds_memory_and_returns_only_inserted(ngram, guesses, rows):
     pool = NgramPool(ngram, guesses, capacity=8)
     arr = np.array(rows, dtype=np.int64)[:, :ngram]
@@ -142,7 +146,7 @@ def test_a_kept_pool_copies_from_the_previous_request():
     first = torch.tensor([[5, 9, 14, 7, 22, 31, 40, 11, 3, 17, 29, 8]])
     kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
     greedy_first = model.generate(first, do_sample=False, **kwargs)
-    second = greedy_first[:, 4:12 + 6]  # starts inside the first text, so only history can copy on
+    second = greedy_first[:, 4 : 12 + 6]  # starts inside the first text, so only history can copy on
     config = lookahead.LookaheadConfig(window=0, successors=0, prompt_ngrams=False, adaptive=False)
     pool = lookahead.NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
     lookahead.generate(model, first, lookahead_config=config, lookahead_pool=pool, **kwargs)
@@ -151,8 +155,9 @@ def test_a_kept_pool_copies_from_the_previous_request():
     expected = model.generate(second, do_sample=False, **kwargs)
     got = lookahead.generate(model, second, lookahead_config=config, lookahead_stats=cold, **kwargs)
     assert got.tolist() == expected.tolist()
-    got = lookahead.generate(model, second, lookahead_config=config, lookahead_pool=pool, lookahead_stats=warm,
-                             **kwargs)
+    got = lookahead.generate(
+        model, second, lookahead_config=config, lookahead_pool=pool, lookahead_stats=warm, **kwargs
+    )
     assert got.tolist() == expected.tolist()
     assert warm.source_tokens.get("copy", 0) > cold.source_tokens.get("copy", 0)
     assert warm.tokens_per_forward > cold.tokens_per_forward

@@ -47,13 +47,13 @@ def both(model, ids, config=None, **kwargs):
 def continuation(model, ids, new=40):
     """The tokens plain greedy decoding appends, with no stop condition but the length."""
     out = model.generate(ids, do_sample=False, max_new_tokens=new, pad_token_id=0, eos_token_id=None)
-    return out[0, ids.shape[1]:].tolist()
+    return out[0, ids.shape[1] :].tolist()
 
 
 def stop_string(tok, tokens, start, length=2):
     """Text of ordinary tokens (ids >= 3, letters) from ``tokens[start:]``: a stop string the
     plain continuation reaches (first at ``start + length`` new tokens or earlier)."""
-    text = tok.decode([t for t in tokens[start: start + length] if t >= 3])
+    text = tok.decode([t for t in tokens[start : start + length] if t >= 3])
     return text or "ab"
 
 
@@ -62,7 +62,7 @@ def stop_string_firing_at(tok, prompt, cont, at):
     ``at`` new tokens (checked here, so "the stop string fires later" really holds)."""
     prompt = prompt[0].tolist()
     for length in (2, 3, 4, 1):
-        piece = cont[at - length: at]
+        piece = cont[at - length : at]
         if at - length < 0 or min(piece) < 3:
             continue
         stop = tok.decode(piece)
@@ -121,8 +121,7 @@ def test_eos_list_alone_stops_at_the_first_eos():
 def test_max_length_fires_before_stop_string_and_user_criterion():
     model, tok = tiny_model("llama", "sdpa"), tiny_tokenizer()
     stop = stop_string_firing_at(tok, REPEAT, continuation(model, REPEAT), 9)
-    common = dict(max_length=REPEAT.shape[1] + 3, pad_token_id=0, eos_token_id=None, stop_strings=[stop],
-                  tokenizer=tok)
+    common = dict(max_length=REPEAT.shape[1] + 3, pad_token_id=0, eos_token_id=None, stop_strings=[stop], tokenizer=tok)
     expected, got = both(model, REPEAT, stopping_criteria=user_stop(REPEAT, 35), **common)
     assert new_tokens(expected, REPEAT) == 3
     assert got.tolist() == expected.tolist()
@@ -149,8 +148,9 @@ class RecordCalls(StoppingCriteria):
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
-@pytest.mark.parametrize("extra", [{}, dict(repetition_penalty=1.5, no_repeat_ngram_size=3)],
-                         ids=["raw scores", "processed scores"])
+@pytest.mark.parametrize(
+    "extra", [{}, dict(repetition_penalty=1.5, no_repeat_ngram_size=3)], ids=["raw scores", "processed scores"]
+)
 def test_user_criterion_sees_each_token_and_its_scores(extra):
     """A user criterion is called after every token, also when a step appends many at once,
     with the sequence ``generate`` shows it and, as ``StoppingCriteria`` documents, the
@@ -164,8 +164,14 @@ def test_user_criterion_sees_each_token_and_its_scores(extra):
     model.generate(REPEAT, do_sample=False, stopping_criteria=StoppingCriteriaList([plain]), **kwargs)
     stats = lookahead.LookaheadStats()
     full = lookahead.LookaheadConfig(adaptive=False)  # every step the full tree: some append several
-    lookahead.generate(model, REPEAT, lookahead_config=full, lookahead_stats=stats,
-                       stopping_criteria=StoppingCriteriaList([mine]), **kwargs)
+    lookahead.generate(
+        model,
+        REPEAT,
+        lookahead_config=full,
+        lookahead_stats=stats,
+        stopping_criteria=StoppingCriteriaList([mine]),
+        **kwargs,
+    )
     assert max(k for k, n in enumerate(stats.accepted) if n) > 1  # steps appended several tokens
     assert [ids for ids, _ in mine.calls] == [ids for ids, _ in plain.calls]
     assert len(mine.calls) == len(reference.scores) == 24
@@ -194,11 +200,19 @@ def test_stop_strings_are_added_to_the_user_criteria():
 
 
 @settings(max_examples=max(5, settings.default.max_examples // 2))
-@given(family=st.sampled_from(["llama", "gpt2", "qwen2"]), ids=prompts, config=configs, eos=eos_ids,
-       user_after=st.integers(1, 30), stop_at=st.integers(0, 30), stop_len=st.integers(1, 3),
-       use_max_length=st.booleans())
-def test_all_stop_conditions_together_equal_generate(family, ids, config, eos, user_after, stop_at, stop_len,
-                                                     use_max_length):
+@given(
+    family=st.sampled_from(["llama", "gpt2", "qwen2"]),
+    ids=prompts,
+    config=configs,
+    eos=eos_ids,
+    user_after=st.integers(1, 30),
+    stop_at=st.integers(0, 30),
+    stop_len=st.integers(1, 3),
+    use_max_length=st.booleans(),
+)
+def test_all_stop_conditions_together_equal_generate(
+    family, ids, config, eos, user_after, stop_at, stop_len, use_max_length
+):
     """User criterion, stop string, EOS (none, one or a list) and a length limit at once, each
     able to fire first."""
     model, tok = tiny_model(family, "sdpa"), tiny_tokenizer()

@@ -19,8 +19,12 @@ from tiny_models import tiny_model
 small = st.integers(0, 7)
 
 
-@given(feeds=st.lists(st.tuples(st.lists(small, min_size=1, max_size=6), st.integers(0, 1000)), max_size=8),
-       root=small, k=st.integers(1, 3), length=st.integers(1, 5))
+@given(
+    feeds=st.lists(st.tuples(st.lists(small, min_size=1, max_size=6), st.integers(0, 1000)), max_size=8),
+    root=small,
+    k=st.integers(1, 3),
+    length=st.integers(1, 5),
+)
 def test_successor_table_against_a_dict(feeds, root, k, length):
     """The table keeps each token's newest top-k; rows follow first successors from there."""
     table = SuccessorTable(8, k, length)

@@ -41,9 +41,10 @@ COMBOS = {
     "top-p 0.7": ([TopPLogitsWarper(0.7)], 2),
     "min-p 0.15": ([MinPLogitsWarper(0.15)], 3),
     "temperature, top-k, top-p, min-p": (
-        [TemperatureLogitsWarper(1.3), TopKLogitsWarper(3), TopPLogitsWarper(0.95), MinPLogitsWarper(0.05)], 3),
-    "repetition penalty (reads the prefix)": (
-        [RepetitionPenaltyLogitsProcessor(3.0), TemperatureLogitsWarper(0.9)], 4),
+        [TemperatureLogitsWarper(1.3), TopKLogitsWarper(3), TopPLogitsWarper(0.95), MinPLogitsWarper(0.05)],
+        3,
+    ),
+    "repetition penalty (reads the prefix)": ([RepetitionPenaltyLogitsProcessor(3.0), TemperatureLogitsWarper(0.9)], 4),
 }
 # the planted bias is checked on a plain, a truncated and a fully processed law
 BIAS_COMBOS = ["plain", "top-k 2", "temperature, top-k, top-p, min-p"]
@@ -64,7 +65,7 @@ class NoiseWithoutLog(SamplingRule):
     support and the likeliest is still likeliest, but the law is wrong."""
 
     def __call__(self, node, sequence, children):
-        raw = self._logits[node: node + 1].float()
+        raw = self._logits[node : node + 1].float()
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
         noise = torch.empty_like(scores).exponential_(generator=self.generator)
         token = int((torch.log_softmax(scores, dim=-1) - noise).argmax(-1))
@@ -73,7 +74,7 @@ class NoiseWithoutLog(SamplingRule):
 
 def target_law(processors) -> torch.Tensor:
     """The exact processed distribution at ``NODE``: what ``generate`` samples from."""
-    return torch.softmax(LogitsProcessorList(processors)(SEQUENCE, LOGITS[NODE: NODE + 1].clone()), dim=-1)[0]
+    return torch.softmax(LogitsProcessorList(processors)(SEQUENCE, LOGITS[NODE : NODE + 1].clone()), dim=-1)[0]
 
 
 def draw_counts(rule_class, processors, draws=DRAWS, seed=0) -> torch.Tensor:
@@ -118,8 +119,8 @@ def test_sampling_pick_reports_raw_and_processed_rows():
     rule = SamplingRule(processors, torch.Generator().manual_seed(0))
     rule.start(LOGITS)
     pick = rule(NODE, SEQUENCE, [])
-    torch.testing.assert_close(pick.logits, LOGITS[NODE: NODE + 1])
-    torch.testing.assert_close(pick.scores, processors(SEQUENCE, LOGITS[NODE: NODE + 1].clone()))
+    torch.testing.assert_close(pick.logits, LOGITS[NODE : NODE + 1])
+    torch.testing.assert_close(pick.scores, processors(SEQUENCE, LOGITS[NODE : NODE + 1].clone()))
     assert pick.token in (1, 3)
 
 
@@ -157,9 +158,9 @@ def test_greedy_rule_without_processors_is_the_row_argmax(keep_rows, processors)
     for node, token in enumerate([2, 1, 0]):
         pick = rule(node, SEQUENCE, [])
         assert pick.token == token == int(LOGITS[node].argmax())
-        torch.testing.assert_close(pick.logits, LOGITS[node: node + 1])
+        torch.testing.assert_close(pick.logits, LOGITS[node : node + 1])
         if keep_rows:  # what output_scores reports without processors: the raw row
-            torch.testing.assert_close(pick.scores, LOGITS[node: node + 1])
+            torch.testing.assert_close(pick.scores, LOGITS[node : node + 1])
         else:
             assert pick.scores is None
 
@@ -173,6 +174,6 @@ def test_greedy_rule_applies_processors_to_the_exact_prefix():
     rule.start(LOGITS)
     pick = rule(NODE, SEQUENCE, [])
     assert pick.token == 3
-    torch.testing.assert_close(pick.scores, processors(SEQUENCE, LOGITS[NODE: NODE + 1].clone()))
-    torch.testing.assert_close(pick.logits, LOGITS[NODE: NODE + 1])
+    torch.testing.assert_close(pick.scores, processors(SEQUENCE, LOGITS[NODE : NODE + 1].clone()))
+    torch.testing.assert_close(pick.logits, LOGITS[NODE : NODE + 1])
     assert rule(NODE, torch.tensor([[2, 0]]), []).token == 1

@@ -42,14 +42,14 @@ class PositionalWindow:
     def __init__(self, tokens):
         self.levels, self.width = len(tokens), len(tokens[0])
         self.last = 0
-        self.rows = [{1 + i + l: int(t) for i, t in enumerate(row)} for l, row in enumerate(tokens)]
+        self.rows = [{1 + i + lv: int(t) for i, t in enumerate(row)} for lv, row in enumerate(tokens)]
         self.advances = 0
 
     def grid(self):
         out = []
-        for l, row in enumerate(self.rows):
+        for lv, row in enumerate(self.rows):
             furthest = max(row)
-            out.append([row[min(self.last + 1 + i + l, furthest)] for i in range(self.width)])
+            out.append([row[min(self.last + 1 + i + lv, furthest)] for i in range(self.width)])
         return out
 
     def advance(self, newest, accepted):
@@ -58,9 +58,9 @@ class PositionalWindow:
         grid = self.grid()
         ngrams = []
         if self.advances >= self.levels:  # every level came from the model: harvest columns
-            ngrams = [[grid[l][i] for l in range(self.levels)] + [int(newest[i])] for i in range(self.width)]
+            ngrams = [[grid[lv][i] for lv in range(self.levels)] + [int(newest[i])] for i in range(self.width)]
         self.advances += 1
-        rows = [{self.last + 1 + i + l: grid[l][i] for i in range(self.width)} for l in range(1, self.levels)]
+        rows = [{self.last + 1 + i + lv: grid[lv][i] for i in range(self.width)} for lv in range(1, self.levels)]
         last_level = self.levels - 1
         rows.append({self.last + 1 + i + last_level + 1: int(newest[i]) for i in range(self.width)})
         self.rows = rows
@@ -78,11 +78,19 @@ def window_runs(draw):
     levels = draw(st.integers(1, 4))
     width = draw(st.integers(1, 6))
     seed = draw(st.lists(st.integers(0, 50), min_size=1, max_size=10))
-    ops = draw(st.lists(st.one_of(
-        st.tuples(st.just("advance"), st.lists(st.integers(0, 50), min_size=width, max_size=width),
-                  st.integers(1, width + 3)),
-        st.tuples(st.just("slide"), st.integers(0, width + 3)),
-    ), max_size=12))
+    ops = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(
+                    st.just("advance"),
+                    st.lists(st.integers(0, 50), min_size=width, max_size=width),
+                    st.integers(1, width + 3),
+                ),
+                st.tuples(st.just("slide"), st.integers(0, width + 3)),
+            ),
+            max_size=12,
+        )
+    )
     return levels, width, seed, ops
 
 
