@@ -28,8 +28,19 @@ def resolve_dtype(name: str | None) -> torch.dtype | None:
 
 
 def resolve_device(name: str | None) -> str:
+    """``auto``: cuda when there is one, else cpu; any other name must be a device here."""
     if name in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"unknown --device {name!r}; choose cpu, cuda, cuda:N or auto") from err
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"--device {name!r}: there is no CUDA device here")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"--device {name!r}: there are {count} CUDA device(s) here, cuda:0 to cuda:{count - 1}")
     return name
 
 

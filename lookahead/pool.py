@@ -36,8 +36,11 @@ class NgramPool:
     def __init__(
         self, ngram: int, guesses: int, capacity: int = 1 << 14, context_tokens: int = 1, history: int = 1 << 16
     ):
-        if ngram < 2:
-            raise ValueError(f"ngram must be >= 2, got {ngram}")
+        for name, value, low in (("ngram", ngram, 2), ("guesses", guesses, 0), ("capacity", capacity, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
         if context_tokens not in (1, 2):
             raise ValueError(f"context_tokens must be 1 or 2, got {context_tokens}")
         self.ngram = ngram

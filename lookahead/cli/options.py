@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import fields as dataclass_fields
 
@@ -106,6 +107,9 @@ def validate(args) -> None:
             raise UsageError(f"{flag} must be >= {low}, got {value}")
     if hasattr(args, "temperature") and (args.temperature <= 0 or not 0 < args.top_p <= 1):
         raise UsageError(f"--temperature must be > 0 and --top-p in (0, 1], got {args.temperature} and {args.top_p}")
+    path = getattr(args, "json", None)
+    if path not in (None, STDOUT) and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"--json {path!r}: its folder does not exist")  # found now, not after the run
 
 
 def parse_set(items: list[str]) -> dict:

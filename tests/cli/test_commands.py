@@ -252,6 +252,11 @@ def test_help_shows_an_example_and_exit_codes(command, capsys):
         (["check", "--dtype", "float13"], "unknown --dtype 'float13'"),
         (["generate", "x", "--max-new-tokens", "0"], "--max-new-tokens"),
         (["check", "--examples", "0"], "--examples"),
+        (["generate", "x", "--device", "tpu9"], "unknown --device 'tpu9'"),
+        (["generate", "x", "--device", "cuda:99"], "--device 'cuda:99': there"),
+        (["generate", "x", "--json", "/no/such/folder/out.json"], "its folder does not exist"),
+        (["bench", "--json", "/no/such/folder/out.json"], "its folder does not exist"),
+        (["check", "--seed", "-1"], "--seed must be >= 0"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(argv, message, capsys):

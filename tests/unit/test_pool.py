@@ -161,3 +161,18 @@ def test_a_kept_pool_copies_from_the_previous_request():
     assert got.tolist() == expected.tolist()
     assert warm.source_tokens.get("copy", 0) > cold.source_tokens.get("copy", 0)
     assert warm.tokens_per_forward > cold.tokens_per_forward
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(ngram=1, guesses=2), ValueError, "ngram must be >= 2, got 1"),
+        (dict(ngram=5, guesses=-1), ValueError, "guesses must be >= 0, got -1"),
+        (dict(ngram="5", guesses=2), TypeError, "ngram must be an int, got str"),
+        (dict(ngram=5, guesses=2, capacity=0), ValueError, "capacity must be >= 1, got 0"),
+        (dict(ngram=5, guesses=2, context_tokens=3), ValueError, "context_tokens must be 1 or 2"),
+    ],
+)
+def test_bad_pool_arguments_are_clear_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        NgramPool(**kwargs)
