@@ -14,9 +14,9 @@ import sys
 import time
 from dataclasses import asdict, replace
 
+import lookahead.cli.options as options
 from lookahead.bench import methods, report
 from lookahead.bench.runner import Variant
-from lookahead.cli import options
 from lookahead.cli.options import EXIT_MISMATCH, EXIT_USAGE, UsageError
 from lookahead.exactness import full_precision
 

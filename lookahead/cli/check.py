@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import lookahead
+import lookahead.cli.options as options
 from lookahead.check import has_vocabulary, report, run_check
-from lookahead.cli import options
 from lookahead.cli.options import EXIT_CODES, UsageError
 
 EPILOG = f"""\

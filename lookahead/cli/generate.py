@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 import lookahead
+import lookahead.cli.options as options
 from lookahead import loading
-from lookahead.cli import options
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.exactness import first_difference, full_precision
 

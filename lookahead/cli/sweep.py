@@ -3,9 +3,10 @@ prompts; prints the best exact setting and draws a heatmap of speed-up."""
 
 from __future__ import annotations
 
+import lookahead.cli.bench as bench
+import lookahead.cli.options as options
 from lookahead.bench import methods, report
 from lookahead.bench import sweep as grids
-from lookahead.cli import bench, options
 from lookahead.cli.options import UsageError
 
 DEFAULT_LIMIT = 6
