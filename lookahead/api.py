@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicCache
-from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead.batch import batch_decode

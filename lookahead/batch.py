@@ -183,7 +183,7 @@ class BatchDecoder:
                          logits.device, successors)
             row = Row(seq, planner, input_ids.shape[1], int(keep_mask[r].argmax()))
             rule.start(logits[r: r + 1])
-            seq.append(next(walk(None, rule, lambda: seq.ids))[1])
+            seq.append(next(walk(None, rule, lambda: seq.ids))[1])  # noqa: B023 - called at once
             planner.learn_text(seq, 1)
             self.rows.append(row)
             self._check_stop(row)

@@ -209,7 +209,7 @@ class Decoder:
         self._size_copy(seq.tokens[-accepted:])
 
     def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool,
-                copy_only: bool = False) -> "Layout":
+                copy_only: bool = False) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         if not guess and window is None and self._maskless_plain:
             ids = seq.ids[:, -1:]
@@ -231,12 +231,12 @@ class Decoder:
         tree = GuessTree.build(chain, len(head), cands)
         return tree, head + tree.tokens.tolist(), cands, origins
 
-    def _record(self, shape: str, step: "Layout", appended: list[int]) -> None:
+    def _record(self, shape: str, step: Layout, appended: list[int]) -> None:
         """Count the step, credit the source of its accepted guesses, inform the controller."""
         self.count(shape, step, step.ids.shape[1], appended)
         self.controller.record(shape, len(appended), step.ids.shape[1])
 
-    def count(self, shape: str, step: "Layout", fed: int, appended: list[int]) -> None:
+    def count(self, shape: str, step: Layout, fed: int, appended: list[int]) -> None:
         """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats."""
         stats, accepted = self.stats, len(appended)
         stats.steps += 1

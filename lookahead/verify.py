@@ -8,7 +8,7 @@ token, so a walk over k matching guesses appends k + 1 tokens (the last one is f
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
