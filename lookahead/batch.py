@@ -36,12 +36,12 @@ from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.decode import ROOT_ONLY, Decoder, Layout, Sequence, attention_groups
+from lookahead.decode import ROOT_ONLY, Decoder, Layout, TokenSequence, attention_groups
 from lookahead.mask import batch_masks, stack_steps
 from lookahead.pool import NgramPool
-from lookahead.recycle import SuccessorTable
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
+from lookahead.successors import SuccessorTable
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick, walk
 
@@ -92,7 +92,7 @@ class Row:
     ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
     """
 
-    def __init__(self, seq: Sequence, planner: Decoder, prompt_len: int, start: int):
+    def __init__(self, seq: TokenSequence, planner: Decoder, prompt_len: int, start: int):
         self.seq = seq
         self.planner = planner
         self.prompt_len = prompt_len
@@ -158,9 +158,9 @@ class BatchDecoder:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-        keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
         logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                              **keep_last)[:, -1]
+                              **last_only)[:, -1]
         self.past_keep = attention_mask.bool()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)
@@ -168,20 +168,20 @@ class BatchDecoder:
         successors = None
         if cfg.uses_successors:
             successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
-        keep_mask = self.past_keep.cpu().numpy()
+        real_mask = self.past_keep.cpu().numpy()
         rows = input_ids.shape[0]
         for r in range(rows):
             criteria = self.stopping_criteria
             if fast_check(criteria) is None:
                 criteria = RowView(criteria, r, rows)
-            seq = Sequence(input_ids[r: r + 1], criteria, None, self.stats, self.keep_scores, self.keep_logits)
+            seq = TokenSequence(input_ids[r: r + 1], criteria, None, self.stats, self.keep_scores, self.keep_logits)
             rule = copy.copy(self.rule)
             if rule.processors:
                 rule.processors = RowView(rule.processors, r, rows)
             planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool)
-            planner.seed(np.asarray(seq.tokens, dtype=np.int64)[keep_mask[r]], self.groups, logits.shape[-1],
+            planner.seed(np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]], self.groups, logits.shape[-1],
                          logits.device, successors)
-            row = Row(seq, planner, input_ids.shape[1], int(keep_mask[r].argmax()))
+            row = Row(seq, planner, input_ids.shape[1], int(real_mask[r].argmax()))
             rule.start(logits[r: r + 1])
             seq.append(next(walk(None, rule, lambda: seq.ids))[1])  # noqa: B023 - called at once
             planner.learn_text(seq, 1)
@@ -247,13 +247,13 @@ class BatchDecoder:
         root = seq.tokens[-1]
         if top is not None:
             planner.successors.record(top[0][i, :fed], top[1][i, :fed])
-        keep = planner.accept(seq, layout.tree, logits[:fed])
+        path = planner.accept(seq, layout.tree, logits[:fed])
         if self._forced(row):
-            return keep
-        appended = seq.tokens[-len(keep):]
+            return path
+        appended = seq.tokens[-len(path):]
         planner.count(shape, layout, fed, appended)
-        planner.learn(seq, logits, layout.windowed, len(keep), root)
-        return keep
+        planner.learn(seq, logits, layout.windowed, len(path), root)
+        return path
 
     def _commit(self, accepted: list[list[int]]) -> None:
         """Append ``max(a)`` entries per row, holes after each row's own ``a_r``."""
@@ -276,11 +276,11 @@ class BatchDecoder:
 
     def _close_holes(self) -> None:
         """Gather each row's real entries to the right end (holes become left padding)."""
-        keep = self.past_keep
-        order = torch.sort(keep.to(torch.int8), dim=1, stable=True).indices  # holes first
-        index = order[:, keep.shape[1] - int(keep.sum(1).max()):]
+        real = self.past_keep
+        order = torch.sort(real.to(torch.int8), dim=1, stable=True).indices  # holes first
+        index = order[:, real.shape[1] - int(real.sum(1).max()):]
         gather_rows(self.cache, index)
-        self.past_keep = keep.gather(1, index)
+        self.past_keep = real.gather(1, index)
         self.past_pos = self.past_pos.gather(1, index)
 
     def _forced(self, row: Row) -> bool:
@@ -306,13 +306,13 @@ class BatchDecoder:
         """Drop rows that need no more tokens from the batch and the cache."""
         stops = [row.stop_at for row in self.rows]
         horizon = max(stops) if None not in stops else None
-        keep = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
-        if len(keep) == len(self.live):
+        staying = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
+        if len(staying) == len(self.live):
             return
-        self.live = [self.live[i] for i in keep]
-        if not keep:
+        self.live = [self.live[i] for i in staying]
+        if not staying:
             return
-        index = torch.tensor(keep, device=self.position.device)
+        index = torch.tensor(staying, device=self.position.device)
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(0, index.to(layer.keys.device))
             layer.values = layer.values.index_select(0, index.to(layer.values.device))

@@ -15,9 +15,9 @@ from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
-from lookahead.recycle import SuccessorTable
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
+from lookahead.successors import SuccessorTable
 from lookahead.tree import GuessTree
 from lookahead.verify import walk
 from lookahead.window import JacobiWindow
@@ -44,7 +44,7 @@ def _never(length: int, token: int) -> bool:
     return False
 
 
-class Sequence:
+class TokenSequence:
     """The growing token sequence of one generation, and what it reports on the way.
 
     ``ids`` is a ``[1, len]`` view of a buffer grown by doubling, so appending a token costs
@@ -144,23 +144,23 @@ class Decoder:
         self.stats.row_forwards += 1
         return out.logits[0]
 
-    def prefill(self, seq: Sequence, attention_mask, position_ids) -> None:
+    def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
-        keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
         logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids,
-                              **keep_last)
+                              **last_only)
         check_cache(self.cache)
         prepare_cache(self.cache)
-        keep = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
-        self.past_keep = keep
-        prompt = np.asarray(seq.tokens, dtype=np.int64)[keep.cpu().numpy()]
+        real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
+        self.past_keep = real
+        prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
         self.rule.start(logits[-1:])
         seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
         self.position = int(position_ids[0, -1]) + 1
         windows, self.layer_index = attention_groups(self.model, self.cache)
         # a lone root over an unpadded cache with full attention needs no mask of ours: the
         # model's own causal mask is the same, and building ours costs more than plain decoding
-        self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values())
+        self._maskless_plain = bool(real.all()) and all(w is None for w in windows.values())
         self.seed(prompt, windows, logits.shape[-1], logits.device)
         self.learn_text(seq, 1)
 
@@ -179,7 +179,7 @@ class Decoder:
         elif cfg.uses_successors:
             self.successors = SuccessorTable(vocab, cfg.successors, cfg.ngram - 1)
 
-    def step(self, seq: Sequence) -> None:
+    def step(self, seq: TokenSequence) -> None:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         shape = self.controller.choose()
         window = self.window if shape == FULL else None
@@ -189,15 +189,15 @@ class Decoder:
                               position_ids=(self.position + step.offsets)[None])
         if self.successors is not None:
             self.successors.update(step.ids[0], logits)
-        keep = self.accept(seq, step.tree, logits)
-        accepted = len(keep)
+        path = self.accept(seq, step.tree, logits)
+        accepted = len(path)
         self._record(shape, step, seq.tokens[-accepted:])
-        commit(self.cache, past_len, step.ids.shape[1], torch.tensor(keep, device=logits.device))
+        commit(self.cache, past_len, step.ids.shape[1], torch.tensor(path, device=logits.device))
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
         self.learn(seq, logits, window is not None, accepted, last)
 
-    def learn(self, seq: Sequence, logits: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
+    def learn(self, seq: TokenSequence, logits: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
         """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
         move the window on (by its newest level's predictions in ``logits`` ``[q, V]`` when
         it was fed), file the new n-grams and size the next copy guess."""
@@ -208,7 +208,7 @@ class Decoder:
         self.learn_text(seq, accepted)
         self._size_copy(seq.tokens[-accepted:])
 
-    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool,
+    def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool,
                 copy_only: bool = False) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         if not guess and window is None and self._maskless_plain:
@@ -221,7 +221,7 @@ class Decoder:
         ids = torch.tensor([tokens], device=seq.ids.device)
         return Layout(tree, ids, offsets, mask, cands, origins, window is not None)
 
-    def plan(self, seq: Sequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
+    def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
         guess rows merged into it (or None) and each row's source (``copy_only``: the copy
         guess alone)."""
@@ -248,18 +248,18 @@ class Decoder:
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
 
-    def accept(self, seq: Sequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
+    def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
         """Walk the tree appending the model's own choices; return the nodes whose entries stay."""
         self.rule.start(logits)
-        keep = []
+        path = []
         for node, pick in walk(tree, self.rule, lambda: seq.ids):
-            keep.append(node)
+            path.append(node)
             seq.append(pick)
             if seq.done:
                 break
-        return keep
+        return path
 
-    def _guesses(self, seq: Sequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    def _guesses(self, seq: TokenSequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
         """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
         ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
         cfg = self.config
@@ -310,7 +310,7 @@ class Decoder:
         if self.pool is not None:
             self.pool.insert(ngrams, before)
 
-    def learn_text(self, seq: Sequence, accepted: int) -> None:
+    def learn_text(self, seq: TokenSequence, accepted: int) -> None:
         """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
         if self.pool is not None and self.config.prompt_ngrams:
             text = seq.array()
@@ -365,14 +365,14 @@ def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:
 
 def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, streamer=None,
                      attention_mask=None, position_ids=None, cache=None, keep_scores=False,
-                     keep_logits=False, costs: CostCurve | None = None) -> Sequence:
+                     keep_logits=False, costs: CostCurve | None = None) -> TokenSequence:
     """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop.
 
     ``costs`` prices the step shapes for the adaptive controller (proportional when None).
     """
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
-    seq = Sequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
+    seq = TokenSequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
     decoder = Decoder(model, config, rule, cache, stats, pool, costs)
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:

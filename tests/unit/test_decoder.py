@@ -24,7 +24,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 import lookahead
 from lookahead import kernels
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Decoder, Layout, Sequence, _common, _stack_rows
+from lookahead.decode import Decoder, Layout, TokenSequence, _common, _stack_rows
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
@@ -39,8 +39,8 @@ def pick(token: int) -> Pick:
     return Pick(token, row, row + 1)
 
 
-def sequence(prompt, criteria=(), keep_scores=False, keep_logits=False) -> Sequence:
-    return Sequence(
+def sequence(prompt, criteria=(), keep_scores=False, keep_logits=False) -> TokenSequence:
+    return TokenSequence(
         torch.tensor([prompt]), StoppingCriteriaList(list(criteria)), None, LookaheadStats(), keep_scores, keep_logits
     )
 

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import lookahead
 from lookahead.pool import NgramPool
-from lookahead.recycle import SuccessorTable
+from lookahead.successors import SuccessorTable
 
 from tiny_models import VOCAB, tiny_model
 
