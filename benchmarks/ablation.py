@@ -37,13 +37,15 @@ VARIANTS = {
 def build_variants(settings, names: list[str]):
     from lookahead.bench.runner import Variant
 
-    variants = [Variant("greedy", "greedy", replace(settings, state={})),
-                Variant("prompt-lookup", "prompt-lookup", replace(settings, state={}))]
+    variants = [
+        Variant("greedy", "greedy", replace(settings, state={})),
+        Variant("prompt-lookup", "prompt-lookup", replace(settings, state={})),
+    ]
     for name in names:
         if name == "kept-pool":
             variants.append(Variant(name, "lookahead", replace(settings, state={}, keep_pool=True)))
         else:
-            variants.append(Variant(name, "lookahead", replace(settings, state={}, shape=dict(VARIANTS[name]))))
+            variants.append(Variant(name, "lookahead", replace(settings, state={}, config_fields=dict(VARIANTS[name]))))
     return variants
 
 
@@ -53,18 +55,21 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--variants", default=",".join([*VARIANTS, "kept-pool"]),
-                    help="comma-separated subset of: " + ", ".join([*VARIANTS, "kept-pool"]))
+    ap.add_argument(
+        "--variants",
+        default=",".join([*VARIANTS, "kept-pool"]),
+        help="comma-separated subset of: " + ", ".join([*VARIANTS, "kept-pool"]),
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
     import torch
-    import transformers
 
-    from lookahead.bench import loading, methods, prompts, report, runner
+    from lookahead import loading
+    from lookahead.bench import methods, prompts, report, runner
+    from lookahead.cli.options import prepare_torch
 
-    torch.set_num_threads(args.threads)
-    transformers.logging.set_verbosity_error()
+    prepare_torch(args.threads)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS and n != "kept-pool"]
     if unknown:
@@ -76,11 +81,20 @@ def main(argv=None) -> int:
     variants = build_variants(settings, names)
     records, skipped = runner.run(model, chosen, encoded, variants, progress=True)
     labels = [v.label for v in variants if v.label not in skipped]
-    config = {"command": "ablation", "model_name": loading.model_name(None), "dtype": "float32",
-              "device": "cpu", "threads": torch.get_num_threads(), "prompts": args.prompts,
-              "n_prompts": len(chosen), "max_new_tokens": args.max_new_tokens, "methods": labels,
-              "baseline": "greedy", "variants": {n: VARIANTS.get(n, {"keep_pool": True}) for n in names},
-              "sample": {"do_sample": False}}
+    config = {
+        "command": "ablation",
+        "model_name": loading.model_name(None),
+        "dtype": "float32",
+        "device": "cpu",
+        "threads": torch.get_num_threads(),
+        "prompts": args.prompts,
+        "n_prompts": len(chosen),
+        "max_new_tokens": args.max_new_tokens,
+        "methods": labels,
+        "baseline": "greedy",
+        "variants": {n: VARIANTS.get(n, {"keep_pool": True}) for n in names},
+        "sample": {"do_sample": False},
+    }
     doc = report.document(config, records, labels, "greedy", exactness=True)
     print(report.table(doc))
     if args.json:

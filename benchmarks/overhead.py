@@ -73,8 +73,10 @@ def main(argv=None) -> None:
     for _ in range(args.repeats):
         lookahead.generate(model, ids, lookahead_stats=total, **kwargs)
     per_step = 1e3 * total.overhead_s / total.steps
-    print(f"steps {total.steps}, tokens/forward {total.tokens_per_forward:.2f}, "
-          f"overhead {per_step:.2f} ms/step = {100 * total.overhead_share:.1f}% of the time")
+    print(
+        f"steps {total.steps}, tokens/forward {total.tokens_per_forward:.2f}, "
+        f"overhead {per_step:.2f} ms/step = {100 * total.overhead_share:.1f}% of the time"
+    )
 
 
 if __name__ == "__main__":

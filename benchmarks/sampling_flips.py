@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--fixed", action="store_true", help="the full shape every step (adaptive=False): many-token forwards"
+    )
     ap.add_argument("--json", default=None, help="write the per-prompt records here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -37,17 +40,23 @@ def main(argv=None) -> int:
     processors = LogitsProcessorList([TemperatureLogitsWarper(args.temperature)])
     if args.top_p < 1.0:
         processors.append(TopPLogitsWarper(args.top_p))
-    kwargs = dict(do_sample=True, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                  top_p=args.top_p, top_k=0, pad_token_id=tok.pad_token_id)
+    kwargs = dict(
+        do_sample=True,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=0,
+        pad_token_id=tok.pad_token_id,
+    )
     records, tokens, tokens_per_forward = [], 0, []
     for seed, prompt in enumerate(humaneval_prompts(args.limit)):
         ids = tok(prompt.text, return_tensors="pt").input_ids
         kwargs["attention_mask"] = torch.ones_like(ids)
         torch.manual_seed(seed)
-        expected = model.generate(ids, **kwargs)[0, ids.shape[1]:].tolist()
+        expected = model.generate(ids, **kwargs)[0, ids.shape[1] :].tolist()
         stats = lookahead.LookaheadStats()
         torch.manual_seed(seed)
-        got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)[0, ids.shape[1]:].tolist()
+        got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)[0, ids.shape[1] :].tolist()
         tokens += len(expected)
         tokens_per_forward.append(stats.tokens_per_forward)
         first = next((t for t, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
@@ -62,10 +71,16 @@ def main(argv=None) -> int:
         print(json.dumps(record), file=sys.stderr)
     differ = [r for r in records if not r["equal"]]
     flips = [r for r in differ if r.get("flip")]
-    summary = {"prompts": len(records), "tokens": tokens, "equal": len(records) - len(differ),
-               "differ": len(differ), "rounding_flips": len(flips), "bugs": len(differ) - len(flips),
-               "tokens_per_forward": sum(tokens_per_forward) / len(tokens_per_forward),
-               "settings": {k: v for k, v in kwargs.items() if k != "attention_mask"}}
+    summary = {
+        "prompts": len(records),
+        "tokens": tokens,
+        "equal": len(records) - len(differ),
+        "differ": len(differ),
+        "rounding_flips": len(flips),
+        "bugs": len(differ) - len(flips),
+        "tokens_per_forward": sum(tokens_per_forward) / len(tokens_per_forward),
+        "settings": {k: v for k, v in kwargs.items() if k != "attention_mask"},
+    }
     print(json.dumps(summary, indent=1))
     if args.json:
         with open(args.json, "w") as f:

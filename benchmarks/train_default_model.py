@@ -45,6 +45,10 @@ import sysconfig
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "lookahead" / "models" / "pycoder-tiny"
@@ -53,8 +57,20 @@ HELD_OUT_DIRS = {"test", "tests", "idle_test"}
 # Permissively licensed pure-Python packages that the project's own dependencies install;
 # small utility code with documented functions first.  Licences land in the manifest.
 EXTRA_PACKAGES = [
-    "numpy", "click", "networkx", "sortedcontainers", "dateutil", "packaging", "pyparsing",
-    "jinja2", "werkzeug", "jmespath", "requests", "idna", "rich", "mpmath",
+    "numpy",
+    "click",
+    "networkx",
+    "sortedcontainers",
+    "dateutil",
+    "packaging",
+    "pyparsing",
+    "jinja2",
+    "werkzeug",
+    "jmespath",
+    "requests",
+    "idna",
+    "rich",
+    "mpmath",
 ]
 SPECIAL = ["<|endoftext|>", "<|bos|>", "<|pad|>"]
 
@@ -153,7 +169,12 @@ def build_corpus(extra_packages: list[str], val_every: int):
             is_val = i % val_every == val_every - 1
             (val if is_val else train).append((rel, text, weight))
             entry["files"].append(
-                {"path": rel, "bytes": len(text.encode()), "split": "val" if is_val else "train", "weight": round(weight, 3)}
+                {
+                    "path": rel,
+                    "bytes": len(text.encode()),
+                    "split": "val" if is_val else "train",
+                    "weight": round(weight, 3),
+                }
             )
             i += 1
         manifest["sources"].append(entry)
@@ -240,9 +261,8 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     )
 
 
-def encode_docs(tokenizer, docs) -> "torch.Tensor":
+def encode_docs(tokenizer, docs) -> torch.Tensor:
     """[bos] doc [eos] [bos] doc [eos] ... as one flat int tensor."""
-    import torch
 
     data, _ = encode_docs_with_offsets(tokenizer, docs)
     return data
@@ -273,7 +293,7 @@ def window_sampler(starts: list[int], total: int, weights: list[float], seq_len:
     first = torch.tensor(starts, dtype=torch.int64)
     hi = total - seq_len - 1
 
-    def draw(n: int) -> "torch.Tensor":
+    def draw(n: int) -> torch.Tensor:
         doc = torch.multinomial(probs, n, replacement=True, generator=gen)
         off = (torch.rand(n, generator=gen, dtype=torch.float64) * lengths[doc]).long()
         return (first[doc] + off).clamp(max=hi)
@@ -348,7 +368,9 @@ def batch_losses(model, data, seq_len: int, max_tokens: int, batch: int = 8) -> 
             x = torch.stack([data[i * seq_len : (i + 1) * seq_len].long() for i in idx])
             y = torch.stack([data[i * seq_len + 1 : (i + 1) * seq_len + 1].long() for i in idx])
             logits = model(input_ids=x).logits.float()
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"
+            )
             tot += loss.item()
             cnt += y.numel()
     return tot / max(1, cnt)
@@ -460,14 +482,18 @@ def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
             x = torch.stack([c[:-1].long() for c in wins[j : j + 8]])
             y = torch.stack([c[1:].long() for c in wins[j : j + 8]])
             lg = model(input_ids=x).logits.float()
-            losses.append(torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="sum").item())
+            losses.append(
+                torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="sum").item()
+            )
             tot += y.numel()
     res["stdlib_test_loss"] = sum(losses) / tot
     res["stdlib_test_tokens"] = int(tot)
     he = eval_humaneval(model, tok, args.humaneval_limit)
     res.update({k: v for k, v in he.items() if k != "samples"})
     res["eval_seconds"] = round(time.time() - t0, 1)
-    (Path(args.work_dir) / f"eval_{model_dir.name}.json").write_text(json.dumps({**res, "samples": he["samples"]}, indent=1))
+    (Path(args.work_dir) / f"eval_{model_dir.name}.json").write_text(
+        json.dumps({**res, "samples": he["samples"]}, indent=1)
+    )
     print(json.dumps(res), flush=True)
     return res
 
@@ -481,8 +507,10 @@ def _verdict(m: dict) -> str:
     ok = m["humaneval_compile_share"] >= 0.80 and m["humaneval_repeated_4gram_share"] <= 0.30
     if ok:
         return "This model meets both."
-    return ("This model does NOT meet them: it is undertrained (see Training) and its greedy completions "
-            "often degenerate into repetition, running past 128 tokens without closing a bracket.")
+    return (
+        "This model does NOT meet them: it is undertrained (see Training) and its greedy completions "
+        "often degenerate into repetition, running past 128 tokens without closing a bracket."
+    )
 
 
 def _phases(info: dict) -> str:
@@ -490,17 +518,20 @@ def _phases(info: dict) -> str:
     if not info.get("init_from"):
         return ""
     seen = (info["init_steps"] + info["steps"]) * info["batch"] * info["seq_len"]
-    return (f"This run continued from a checkpoint of an earlier run of the same recipe after "
-            f"{info['init_steps']} steps (saved in bfloat16; that run's schedule was planned for more steps and cut "
-            f"short to fit the session), with a fresh {info['warmup']}-step warmup and cosine decay: "
-            f"{info['init_steps'] + info['steps']} steps and {seen/1e6:.1f}M tokens seen in all.\n\n")
+    return (
+        f"This run continued from a checkpoint of an earlier run of the same recipe after "
+        f"{info['init_steps']} steps (saved in bfloat16; that run's schedule was planned for more steps and cut "
+        f"short to fit the session), with a fresh {info['warmup']}-step warmup and cosine decay: "
+        f"{info['init_steps'] + info['steps']} steps and {seen / 1e6:.1f}M tokens seen in all.\n\n"
+    )
 
 
 def write_card(out: Path, info: dict):
     m = info.get("final_eval", {})
     b = info.get("baseline_eval", {})
     src_rows = "\n".join(
-        f"| {s['name']} | {s['version']} | {s['files']} | {s['bytes']/1e6:.1f} MB | {s.get('weight', 1.0):.2f} | {s['license']} |"
+        f"| {s['name']} | {s['version']} | {s['files']} | {s['bytes'] / 1e6:.1f} MB "
+        f"| {s.get('weight', 1.0):.2f} | {s['license']} |"
         for s in info["sources"]
     )
 
@@ -517,25 +548,25 @@ pipeline_tag: text-generation
 
 # pycoder-tiny
 
-A small Python code model (`LlamaForCausalLM`, {info['params']/1e6:.1f}M parameters, tied
+A small Python code model (`LlamaForCausalLM`, {info["params"] / 1e6:.1f}M parameters, tied
 embeddings) trained from scratch on CPU by `benchmarks/train_default_model.py` in the
 `lookahead-decoding` repository. It ships inside the package so that benchmarks of lookahead
 decoding can run offline with a real, trained model. It is a *tiny* model: it writes
 Python-looking code, not correct solutions.
 
 ## Architecture
-hidden {info['hidden']}, {info['layers']} layers, {info['heads']} heads, MLP {info['inter']},
-vocab {info['vocab']}, context {info['max_pos']} positions (trained on {info['seq_len']}-token windows),
-RoPE, RMSNorm, SwiGLU. Weights stored in bfloat16 ({info['weights_mb']:.1f} MB); load in float32.
+hidden {info["hidden"]}, {info["layers"]} layers, {info["heads"]} heads, MLP {info["inter"]},
+vocab {info["vocab"]}, context {info["max_pos"]} positions (trained on {info["seq_len"]}-token windows),
+RoPE, RMSNorm, SwiGLU. Weights stored in bfloat16 ({info["weights_mb"]:.1f} MB); load in float32.
 
 ## Tokenizer
-Byte-level BPE (`tokenizers`), vocab {info['vocab']}, newline split off as its own token before
+Byte-level BPE (`tokenizers`), vocab {info["vocab"]}, newline split off as its own token before
 the byte-level step (so a prompt ending in `\\n` can be followed by indentation). Special
 tokens: `<|bos|>` (prepended by the tokenizer), `<|endoftext|>` (EOS, ends every file), `<|pad|>`.
 
 ## Corpus
 `*.py` files in sorted path order; the stdlib's `test`/`tests`/`idle_test` folders (and any
-`test`/`tests`/`testing` folders of the extra packages) are excluded. Every {info['val_every']}th file
+`test`/`tests`/`testing` folders of the extra packages) are excluded. Every {info["val_every"]}th file
 is held out for validation. Files whose whitespace-normalised text was already seen are
 dropped. Training windows are drawn from a file with probability proportional to its tokens
 times its weight: the share of its lines inside short (<= 40 lines) documented functions,
@@ -546,29 +577,29 @@ each file's weight: `corpus_manifest.json`.
 |---|---|---|---|---|---|
 {src_rows}
 
-Training tokens: {info['train_tokens']:,}; validation tokens: {info['val_tokens']:,}.
+Training tokens: {info["train_tokens"]:,}; validation tokens: {info["val_tokens"]:,}.
 
 ## Training
-Seed {info['seed']}, {info['steps']} steps x {info['batch']} x {info['seq_len']} tokens
-({info['steps']*info['batch']*info['seq_len']/1e6:.1f}M tokens seen, {info['steps']*info['batch']*info['seq_len']/info['train_tokens']:.2f} epochs),
-AdamW (lr {info['lr']}, betas 0.9/0.95, weight decay {info['wd']}), {info['warmup']} warmup steps then
-cosine decay to {info['floor']}x, grad-clip 1.0, {'bf16 autocast' if info.get('bf16') else 'fp32'} on CPU with
-{info['threads']} thread(s), as the only CPU-bound job on the machine. Wall time:
-{info['train_seconds']/60:.1f} min of training, {info.get('train_tokens_per_s', 0):,.0f} tokens/s.
-Final train loss (mean of last 50 steps): {info['final_train_loss']:.3f} nats/token.
+Seed {info["seed"]}, {info["steps"]} steps x {info["batch"]} x {info["seq_len"]} tokens
+({info["steps"] * info["batch"] * info["seq_len"] / 1e6:.1f}M tokens seen, {info["steps"] * info["batch"] * info["seq_len"] / info["train_tokens"]:.2f} epochs),
+AdamW (lr {info["lr"]}, betas 0.9/0.95, weight decay {info["wd"]}), {info["warmup"]} warmup steps then
+cosine decay to {info["floor"]}x, grad-clip 1.0, {"bf16 autocast" if info.get("bf16") else "fp32"} on CPU with
+{info["threads"]} thread(s), as the only CPU-bound job on the machine. Wall time:
+{info["train_seconds"] / 60:.1f} min of training, {info.get("train_tokens_per_s", 0):,.0f} tokens/s.
+Final train loss (mean of last 50 steps): {info["final_train_loss"]:.3f} nats/token.
 
-{_phases(info)}Command: `{info['command']}`
+{_phases(info)}Command: `{info["command"]}`
 
 ## Evaluation
-Losses are nats/token in fp32. HumanEval: first {m.get('humaneval_prompts', 'n/a')} prompts,
+Losses are nats/token in fp32. HumanEval: first {m.get("humaneval_prompts", "n/a")} prompts,
 greedy, 128 new tokens, completion cut at the first non-indented line; "compiles" =
 `compile(prompt + completion)` succeeds with a non-empty completion; repeated 4-grams =
 share of token 4-grams in a completion that already occurred earlier in it (summed over prompts).
 
 | model | val loss | stdlib-test loss | HumanEval compiles | repeated 4-grams |
 |---|---|---|---|---|
-| final (step {info['steps']}) | {f(m,'val_loss')} | {f(m,'stdlib_test_loss')} | {f(m,'humaneval_compile_share','{:.2f}')} | {f(m,'humaneval_repeated_4gram_share','{:.2f}')} |
-| baseline (step {info['baseline_step']}) | {f(b,'val_loss')} | {f(b,'stdlib_test_loss')} | {f(b,'humaneval_compile_share','{:.2f}')} | {f(b,'humaneval_repeated_4gram_share','{:.2f}')} |
+| final (step {info["steps"]}) | {f(m, "val_loss")} | {f(m, "stdlib_test_loss")} | {f(m, "humaneval_compile_share", "{:.2f}")} | {f(m, "humaneval_repeated_4gram_share", "{:.2f}")} |
+| baseline (step {info["baseline_step"]}) | {f(b, "val_loss")} | {f(b, "stdlib_test_loss")} | {f(b, "humaneval_compile_share", "{:.2f}")} | {f(b, "humaneval_repeated_4gram_share", "{:.2f}")} |
 
 Targets set in the project (issue 4): at least 0.80 compiling and at most 0.30 repeated 4-grams.
 {_verdict(m)}
@@ -582,7 +613,7 @@ model, tokenizer = load_default_model()  # local files only, float32, CPU
 ## Licence
 The weights are derived from the sources above: Python standard library (PSF License
 Agreement, PSF-2.0) and the listed packages under their own licences (see table). No other data.
-"""
+"""  # noqa: E501 - the model card's table rows are written whole
     (out / "README.md").write_text(text)
 
 
@@ -591,7 +622,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the final model (default: %(default)s)")
     ap.add_argument("--work-dir", default="/tmp/lookahead_train", help="checkpoints, baseline, eval json")
-    ap.add_argument("--extra-packages", nargs="*", default=EXTRA_PACKAGES, help="site-packages sources added to the corpus")
+    ap.add_argument(
+        "--extra-packages", nargs="*", default=EXTRA_PACKAGES, help="site-packages sources added to the corpus"
+    )
     ap.add_argument("--val-every", type=int, default=50, help="every Nth file goes to validation")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--hidden", type=int, default=384)
@@ -602,27 +635,44 @@ def main(argv=None):
     ap.add_argument("--seq-len", type=int, default=384)
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--steps", type=int, default=1800)
-    ap.add_argument("--baseline-frac", type=float, default=0.1, help="save the short-trained baseline at this share of steps")
+    ap.add_argument(
+        "--baseline-frac", type=float, default=0.1, help="save the short-trained baseline at this share of steps"
+    )
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--floor", type=float, default=0.1, help="final lr as a share of the peak")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--init-from", metavar="MODEL_DIR", default=None,
-                    help="continue from a saved model folder (its weights and tokenizer) with a fresh "
-                         "warmup + cosine schedule of --steps steps")
-    ap.add_argument("--init-steps", type=int, default=0,
-                    help="steps the --init-from model had trained (for the model card's token count)")
+    ap.add_argument(
+        "--init-from",
+        metavar="MODEL_DIR",
+        default=None,
+        help="continue from a saved model folder (its weights and tokenizer) with a fresh "
+        "warmup + cosine schedule of --steps steps",
+    )
+    ap.add_argument(
+        "--init-steps",
+        type=int,
+        default=0,
+        help="steps the --init-from model had trained (for the model card's token count)",
+    )
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
-                    help="bf16 autocast; default: on where the CPU has native bf16 (avx512_bf16/amx_bf16), "
-                         "where it is ~1.75x faster than fp32; without those it is ~3x slower")
+    ap.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 autocast; default: on where the CPU has native bf16 (avx512_bf16/amx_bf16), "
+        "where it is ~1.75x faster than fp32; without those it is ~3x slower",
+    )
     ap.add_argument("--eval-tokens", type=int, default=65536, help="tokens scored for each loss")
     ap.add_argument("--humaneval-limit", type=int, default=0, help="first N HumanEval prompts (0 = all 164)")
     ap.add_argument("--skip-eval", action="store_true")
     ap.add_argument("--eval-only", metavar="MODEL_DIR", help="only evaluate an existing model folder")
-    ap.add_argument("--write-card", action="store_true",
-                    help="only rewrite OUT/README.md from WORK_DIR/train_info.json and eval_*.json")
+    ap.add_argument(
+        "--write-card",
+        action="store_true",
+        help="only rewrite OUT/README.md from WORK_DIR/train_info.json and eval_*.json",
+    )
     args = ap.parse_args(argv)
     args.humaneval_limit = args.humaneval_limit or None
     if args.bf16 is None:
@@ -661,7 +711,7 @@ def main(argv=None):
         tokenizer = train_tokenizer([d[1] for d in train_docs], args.vocab)
     train_data, doc_starts = encode_docs_with_offsets(tokenizer, train_docs)
     val_data = encode_docs(tokenizer, val_docs)
-    print(f"tokens: train {len(train_data):,} val {len(val_data):,} ({time.time()-t_start:.0f}s)", flush=True)
+    print(f"tokens: train {len(train_data):,} val {len(val_data):,} ({time.time() - t_start:.0f}s)", flush=True)
 
     if args.init_from:
         from transformers import AutoModelForCausalLM
@@ -677,7 +727,9 @@ def main(argv=None):
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
     )
     gen = torch.Generator().manual_seed(args.seed)
     draw_starts = window_sampler(doc_starts, len(train_data), [d[2] for d in train_docs], args.seq_len, gen)
@@ -701,12 +753,19 @@ def main(argv=None):
         opt.step()
         losses.append(loss.item())
         el = time.time() - t_train
-        bar.set_postfix(loss=f"{sum(losses[-20:])/len(losses[-20:]):.3f}", tok_s=f"{(step+1)*args.batch*args.seq_len/el:.0f}")
+        bar.set_postfix(
+            loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}",
+            tok_s=f"{(step + 1) * args.batch * args.seq_len / el:.0f}",
+        )
         if (step + 1) % 50 == 0:
-            print(f"step {step+1} loss {sum(losses[-50:])/50:.4f} lr {opt.param_groups[0]['lr']:.2e} elapsed {el:.0f}s", flush=True)
+            print(
+                f"step {step + 1} loss {sum(losses[-50:]) / 50:.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                f"elapsed {el:.0f}s",
+                flush=True,
+            )
         if step + 1 == baseline_step:
             save_model(model, tokenizer, work / "baseline")
-            print(f"saved baseline at step {step+1}", flush=True)
+            print(f"saved baseline at step {step + 1}", flush=True)
         if (step + 1) % max(1, args.steps // 10) == 0 and step + 1 < args.steps:
             save_model(model, tokenizer, work / "checkpoint")
             (work / "checkpoint" / "step.txt").write_text(str(step + 1))
@@ -721,20 +780,46 @@ def main(argv=None):
     (out / "corpus_manifest.json").write_text(json.dumps(manifest_out, indent=0))
     weights_mb = sum(p.stat().st_size for p in out.glob("*.safetensors")) / 1e6
     info = {
-        "params": n_params, "hidden": args.hidden, "layers": args.layers, "heads": args.heads, "inter": args.inter,
-        "vocab": len(tokenizer), "max_pos": args.max_pos, "seq_len": args.seq_len, "weights_mb": weights_mb,
-        "val_every": args.val_every, "train_tokens": len(train_data), "val_tokens": len(val_data),
-        "seed": args.seed, "bf16": args.bf16, "steps": args.steps, "batch": args.batch, "lr": args.lr, "wd": args.wd,
-        "warmup": args.warmup, "floor": args.floor, "threads": args.threads, "train_seconds": train_seconds,
-        "final_train_loss": sum(losses[-50:]) / len(losses[-50:]), "baseline_step": baseline_step,
+        "params": n_params,
+        "hidden": args.hidden,
+        "layers": args.layers,
+        "heads": args.heads,
+        "inter": args.inter,
+        "vocab": len(tokenizer),
+        "max_pos": args.max_pos,
+        "seq_len": args.seq_len,
+        "weights_mb": weights_mb,
+        "val_every": args.val_every,
+        "train_tokens": len(train_data),
+        "val_tokens": len(val_data),
+        "seed": args.seed,
+        "bf16": args.bf16,
+        "steps": args.steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "wd": args.wd,
+        "warmup": args.warmup,
+        "floor": args.floor,
+        "threads": args.threads,
+        "train_seconds": train_seconds,
+        "final_train_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "baseline_step": baseline_step,
         "train_tokens_per_s": args.steps * args.batch * args.seq_len / train_seconds,
-        "final_val_loss_quick": val_loss, "loss_curve": losses[::10],
+        "final_val_loss_quick": val_loss,
+        "loss_curve": losses[::10],
         "command": "python benchmarks/train_default_model.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "init_from": args.init_from, "init_steps": args.init_steps,
+        "init_from": args.init_from,
+        "init_steps": args.init_steps,
         "sources": [
-            {"name": s["name"], "version": s["version"], "license": s["license"], "files": len(s["files"]),
-             "bytes": sum(f["bytes"] for f in s["files"]),
-             "weight": sum(f["bytes"] * f["weight"] for f in s["files"]) / max(1, sum(f["bytes"] for f in s["files"]))}
+            {
+                "name": s["name"],
+                "version": s["version"],
+                "license": s["license"],
+                "files": len(s["files"]),
+                "bytes": sum(f["bytes"] for f in s["files"]),
+                "weight": sum(f["bytes"] * f["weight"] for f in s["files"])
+                / max(1, sum(f["bytes"] for f in s["files"])),
+            }
             for s in manifest["sources"]
         ],
     }

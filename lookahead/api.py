@@ -9,18 +9,18 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicCache, StaticCache
-from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead.batch import batch_decode
 from lookahead.config import LookaheadConfig
 from lookahead.costmodel import CostCurve, cost_curve
 from lookahead.decode import lookahead_decode
+from lookahead.noise import NoiseStream
 from lookahead.pool import NgramPool
+from lookahead.static import StaticSteps, full_static_cache
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported, check_model, check_request
-from lookahead.noise import NoiseStream
-from lookahead.static import StaticSteps, full_static_cache
 from lookahead.verify import GreedyRule, SamplingRule
 
 
@@ -59,18 +59,30 @@ def check_padding(input_ids: torch.Tensor, attention_mask) -> None:
     if not isinstance(attention_mask, torch.Tensor):
         raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
     if tuple(attention_mask.shape) != tuple(input_ids.shape):
-        raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
-                         f"got {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
     if bool((attention_mask[:, -1] == 0).any()):
         rows = (attention_mask[:, -1] == 0).nonzero().reshape(-1).tolist()
-        raise ValueError(f"attention_mask has right padding (rows {rows} end in 0); decoder-only generation "
-                         "needs left padding: set tokenizer.padding_side = 'left'")
+        raise ValueError(
+            f"attention_mask has right padding (rows {rows} end in 0); decoder-only generation "
+            "needs left padding: set tokenizer.padding_side = 'left'"
+        )
 
 
-def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: LookaheadConfig | None = None,
-             lookahead_stats: LookaheadStats | None = None, lookahead_pool: NgramPool | None = None,
-             lookahead_costs: CostCurve | None = None, streamer=None, generator: torch.Generator | None = None,
-             **kwargs):
+def generate(
+    model,
+    inputs: torch.Tensor | None = None,
+    *,
+    lookahead_config: LookaheadConfig | None = None,
+    lookahead_stats: LookaheadStats | None = None,
+    lookahead_pool: NgramPool | None = None,
+    lookahead_costs: CostCurve | None = None,
+    streamer=None,
+    generator: torch.Generator | None = None,
+    **kwargs,
+):
     """Generate like ``model.generate``, with lookahead decoding.
 
     Takes what ``model.generate`` takes (``input_ids``/``inputs``, ``attention_mask``,
@@ -103,17 +115,24 @@ def generate(model, inputs: torch.Tensor | None = None, *, lookahead_config: Loo
         raise TypeError(f"lookahead_stats must be a LookaheadStats, got {type(lookahead_stats).__name__}")
     for name in ("assistant_model", "prompt_lookup_num_tokens"):
         if kwargs.get(name) is not None:
-            raise Unsupported(f"{name} is not supported by lookahead.generate: it brings its own guesses "
-                              "(the pool, the window and the copy guess, see LookaheadConfig)")
+            raise Unsupported(
+                f"{name} is not supported by lookahead.generate: it brings its own guesses "
+                "(the pool, the window and the copy guess, see LookaheadConfig)"
+            )
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     _check_inputs(inputs, kwargs)
     _stop_strings_to_criteria(kwargs)
     return model.generate(
-        inputs, custom_generate=custom_generate, lookahead_config=lookahead_config,
-        lookahead_stats=lookahead_stats, lookahead_pool=lookahead_pool, lookahead_costs=lookahead_costs,
+        inputs,
+        custom_generate=custom_generate,
+        lookahead_config=lookahead_config,
+        lookahead_stats=lookahead_stats,
+        lookahead_pool=lookahead_pool,
+        lookahead_costs=lookahead_costs,
         lookahead_streamer=streamer,
-        lookahead_generator=generator, **kwargs,
+        lookahead_generator=generator,
+        **kwargs,
     )
 
 
@@ -149,10 +168,22 @@ def _stop_strings_to_criteria(kwargs: dict) -> None:
     kwargs["stopping_criteria"] = criteria
 
 
-def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                    synced_gpus=False, streamer=None, lookahead_config=None, lookahead_stats=None,
-                    lookahead_pool=None, lookahead_costs=None, lookahead_streamer=None, lookahead_generator=None,
-                    **model_kwargs):
+def custom_generate(
+    model,
+    input_ids,
+    logits_processor,
+    stopping_criteria,
+    generation_config,
+    synced_gpus=False,
+    streamer=None,
+    lookahead_config=None,
+    lookahead_stats=None,
+    lookahead_pool=None,
+    lookahead_costs=None,
+    lookahead_streamer=None,
+    lookahead_generator=None,
+    **model_kwargs,
+):
     """Decoding method for ``model.generate(..., custom_generate=lookahead.custom_generate)``.
 
     transformers prepares processors, stopping criteria and an empty cache, then calls this.
@@ -171,21 +202,33 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     check_request(generation_config)
     check_padding(input_ids, model_kwargs.get("attention_mask"))
     if streamer is not None and input_ids.shape[0] != 1:
-        raise ValueError(f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
-                         f"batch size {input_ids.shape[0]}; stream a batch of 1 or drop streamer=")
+        raise ValueError(
+            f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
+            f"batch size {input_ids.shape[0]}; stream a batch of 1 or drop streamer="
+        )
     try:
         check_model(model)
     except Unsupported as err:
         if config.on_unsupported == "error":
             raise
         warnings.warn(f"{err}; falling back to plain model.generate", stacklevel=3)
-        return _fallback(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                         streamer, stats, started, model_kwargs)
+        return _fallback(
+            model,
+            input_ids,
+            logits_processor,
+            stopping_criteria,
+            generation_config,
+            streamer,
+            stats,
+            started,
+            model_kwargs,
+        )
     _drop_generate_only(model_kwargs)
     cache = model_kwargs.get("cache")
     if cache is not None and cache.get_seq_length() > 0:
-        raise Unsupported("lookahead decoding starts from an empty cache; got one already holding "
-                          f"{cache.get_seq_length()} tokens")
+        raise Unsupported(
+            f"lookahead decoding starts from an empty cache; got one already holding {cache.get_seq_length()} tokens"
+        )
     if cache is None:  # generate makes none for a config with use_cache=False; decoding needs one
         model_kwargs["cache"] = DynamicCache(config=model.config)
     static = _static_steps(model, input_ids, model_kwargs, generation_config, config)
@@ -199,9 +242,18 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     costs = _costs(model, config, lookahead_costs, input_ids.shape[0])
     if input_ids.shape[0] > 1:
         sequences, scores, logits = batch_decode(
-            model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
-            pool=lookahead_pool, attention_mask=model_kwargs.get("attention_mask"), keep_scores=keep_scores,
-            keep_logits=keep_logits, costs=costs, pad=_pad_token(generation_config),
+            model,
+            input_ids,
+            rule=rule,
+            stopping_criteria=stopping_criteria,
+            config=config,
+            stats=stats,
+            pool=lookahead_pool,
+            attention_mask=model_kwargs.get("attention_mask"),
+            keep_scores=keep_scores,
+            keep_logits=keep_logits,
+            costs=costs,
+            pad=_pad_token(generation_config),
             pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
         )
         return _output(generation_config, stats, started, sequences, scores, logits, None)
@@ -209,15 +261,26 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
         streamer.put(input_ids.cpu())
     try:
         seq = lookahead_decode(
-            model, input_ids, rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats,
-            pool=lookahead_pool, costs=costs, static=static,
-            streamer=streamer, keep_scores=keep_scores, keep_logits=keep_logits, **model_kwargs,
+            model,
+            input_ids,
+            rule=rule,
+            stopping_criteria=stopping_criteria,
+            config=config,
+            stats=stats,
+            pool=lookahead_pool,
+            costs=costs,
+            static=static,
+            streamer=streamer,
+            keep_scores=keep_scores,
+            keep_logits=keep_logits,
+            **model_kwargs,
         )
     finally:
         if streamer is not None:
             streamer.end()
-    return _output(generation_config, stats, started, seq.ids.clone(), seq.scores, seq.logits,
-                   model_kwargs.get("cache"))
+    return _output(
+        generation_config, stats, started, seq.ids.clone(), seq.scores, seq.logits, model_kwargs.get("cache")
+    )
 
 
 def _static_steps(model, input_ids, model_kwargs: dict, generation_config, config: LookaheadConfig):
@@ -232,8 +295,11 @@ def _static_steps(model, input_ids, model_kwargs: dict, generation_config, confi
     if not isinstance(given, StaticCache):
         return None
     if input_ids.shape[0] > 1:
-        warnings.warn("lookahead decodes batches on a DynamicCache for now (same tokens); the static cache "
-                      "generate prepared is not used", stacklevel=4)
+        warnings.warn(
+            "lookahead decodes batches on a DynamicCache for now (same tokens); the static cache "
+            "generate prepared is not used",
+            stacklevel=4,
+        )
         model_kwargs["cache"] = DynamicCache(config=model.config)
         return None
     cache = full_static_cache(model, generation_config.max_length + max(config.static_buckets))
@@ -281,14 +347,20 @@ def _drop_generate_only(model_kwargs: dict) -> None:
         raise Unsupported(f"lookahead decoding does not take the model inputs {sorted(unknown)}")
 
 
-def _fallback(model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, stats,
-              started, model_kwargs):
+def _fallback(
+    model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, stats, started, model_kwargs
+):
     """Plain decoding with transformers' own loop, for models lookahead cannot serve."""
     if streamer is not None:
         streamer.put(input_ids.cpu())
     out = type(model)._sample(
-        model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-        generation_config=generation_config, streamer=streamer, **model_kwargs,
+        model,
+        input_ids,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+        generation_config=generation_config,
+        streamer=streamer,
+        **model_kwargs,
     )
     sequences = out if isinstance(out, torch.Tensor) else out.sequences
     stats.fallback = True

@@ -36,12 +36,12 @@ from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.decode import ROOT_ONLY, Decoder, Layout, Sequence, attention_groups
+from lookahead.decode import ROOT_ONLY, Decoder, Layout, TokenSequence, attention_groups
 from lookahead.mask import batch_masks, stack_steps
 from lookahead.pool import NgramPool
-from lookahead.recycle import SuccessorTable
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
+from lookahead.successors import SuccessorTable
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick, walk
 
@@ -86,7 +86,7 @@ class RowView:
 
     def __call__(self, ids: torch.Tensor, scores: torch.Tensor):
         # scores are never None here: criteria get the raw row when no processor ran
-        return self.fn(ids.expand(self.rows, -1), scores.repeat(self.rows, 1))[self.row: self.row + 1]
+        return self.fn(ids.expand(self.rows, -1), scores.repeat(self.rows, 1))[self.row : self.row + 1]
 
 
 class Row:
@@ -95,7 +95,7 @@ class Row:
     ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
     """
 
-    def __init__(self, seq: Sequence, planner: Decoder, prompt_len: int, start: int):
+    def __init__(self, seq: TokenSequence, planner: Decoder, prompt_len: int, start: int):
         self.seq = seq
         self.planner = planner
         self.prompt_len = prompt_len
@@ -130,9 +130,20 @@ class BatchDecoder:
             with ``pad``) keep feeding it to compute them, as ``generate``'s do.
     """
 
-    def __init__(self, model, config: LookaheadConfig, rule, stats: LookaheadStats, stopping_criteria,
-                 pool: NgramPool | None, costs: CostCurve | None, pad: int | None, pad_after_stop: bool,
-                 keep_scores: bool, keep_logits: bool):
+    def __init__(
+        self,
+        model,
+        config: LookaheadConfig,
+        rule,
+        stats: LookaheadStats,
+        stopping_criteria,
+        pool: NgramPool | None,
+        costs: CostCurve | None,
+        pad: int | None,
+        pad_after_stop: bool,
+        keep_scores: bool,
+        keep_logits: bool,
+    ):
         self.model, self.config, self.rule, self.stats = model, config, rule, stats
         self.stopping_criteria = stopping_criteria
         self.pool = pool
@@ -161,9 +172,10 @@ class BatchDecoder:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-        keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
-        logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                              **keep_last)[:, -1]
+        last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **last_only)[
+            :, -1
+        ]
         self.past_keep = attention_mask.bool()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)
@@ -171,30 +183,36 @@ class BatchDecoder:
         successors = None
         if cfg.uses_successors:
             successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
-        keep_mask = self.past_keep.cpu().numpy()
+        real_mask = self.past_keep.cpu().numpy()
         rows = input_ids.shape[0]
         for r in range(rows):
             criteria = self.stopping_criteria
             if fast_check(criteria) is None:
                 criteria = RowView(criteria, r, rows)
-            seq = Sequence(input_ids[r: r + 1], criteria, None, self.stats, self.keep_scores, self.keep_logits)
+            seq = TokenSequence(input_ids[r : r + 1], criteria, None, self.stats, self.keep_scores, self.keep_logits)
             rule = copy.copy(self.rule)
             rule.row = r  # its row of a sampling rule's noise blocks
             if rule.processors:
                 rule.processors = RowView(rule.processors, r, rows)
             planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool)
-            planner.seed(np.asarray(seq.tokens, dtype=np.int64)[keep_mask[r]], self.groups, logits.shape[-1],
-                         logits.device, successors)
-            row = Row(seq, planner, input_ids.shape[1], int(keep_mask[r].argmax()))
-            rule.start(logits[r: r + 1])
-            seq.append(next(walk(None, rule, lambda: seq.ids))[1])
+            planner.seed(
+                np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
+                self.groups,
+                logits.shape[-1],
+                logits.device,
+                successors,
+            )
+            row = Row(seq, planner, input_ids.shape[1], int(real_mask[r].argmax()))
+            rule.start(logits[r : r + 1])
+            seq.append(next(walk(None, rule, lambda: seq.ids))[1])  # noqa: B023 - called at once
             planner.learn_text(seq, 1)
             self.rows.append(row)
             self._check_stop(row)
         self.live = list(self.rows)
         # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
-        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows,
-                                          copy_shape=self.config.copy_shape)
+        self.controller = ShapeController(
+            self.costs, adaptive=self.adaptive, rows=rows, copy_shape=self.config.copy_shape
+        )
         self._retire()
 
     @property
@@ -207,15 +225,19 @@ class BatchDecoder:
         shape = self.controller.choose()
         plans = [row.plan(shape, forced=self._forced(row)) for row in live]
         width = max(len(tokens) for _, tokens in plans)
-        ids = torch.tensor([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans],
-                           device=self.position.device)
+        ids = torch.tensor(
+            [tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], device=self.position.device
+        )
         offsets, allowed = self._shapes(live, plans, width)
-        mask = batch_masks(offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups,
-                           self.model.dtype)
+        mask = batch_masks(
+            offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups, self.model.dtype
+        )
         logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=self.position[:, None] + offsets)
         top = self._recycle(ids, logits)
-        accepted = [self._accept(i, row, layout, len(tokens), logits[i], shape, top)
-                    for i, (row, (layout, tokens)) in enumerate(zip(live, plans))]
+        accepted = [
+            self._accept(i, row, layout, len(tokens), logits[i], shape, top)
+            for i, (row, (layout, tokens)) in enumerate(zip(live, plans))
+        ]
         decoding = [len(k) for k, row in zip(accepted, live) if not self._forced(row)]
         if decoding:  # rows that only feed pads to report scores tell nothing about guesses
             self.controller.record(shape, sum(decoding) / len(decoding), float(width))
@@ -227,8 +249,10 @@ class BatchDecoder:
     def _shapes(self, live: list[Row], plans, width: int):
         if width == 1:  # every row feeds its root alone (a plain step)
             device = self.position.device
-            return (torch.zeros(len(live), 1, dtype=torch.long, device=device),
-                    torch.ones(len(live), 1, 1, dtype=torch.bool, device=device))
+            return (
+                torch.zeros(len(live), 1, dtype=torch.long, device=device),
+                torch.ones(len(live), 1, 1, dtype=torch.bool, device=device),
+            )
         offsets, allowed = [], []
         for row, (layout, _) in zip(live, plans):
             step_mask = row.planner.step_mask if layout.windowed else row.planner.lean_mask
@@ -244,20 +268,19 @@ class BatchDecoder:
             return None
         return ids.cpu().numpy(), logits.topk(table.k, dim=-1).indices.cpu().numpy()
 
-    def _accept(self, i: int, row: Row, layout: Layout, fed: int, logits: torch.Tensor, shape: str,
-                top) -> list[int]:
+    def _accept(self, i: int, row: Row, layout: Layout, fed: int, logits: torch.Tensor, shape: str, top) -> list[int]:
         """Walk row ``i``'s tree; learn from what it fed and accepted; return its kept nodes."""
         planner, seq = row.planner, row.seq
         root = seq.tokens[-1]
         if top is not None:
             planner.successors.record(top[0][i, :fed], top[1][i, :fed])
-        keep = planner.accept(seq, layout.tree, logits[:fed])
+        path = planner.accept(seq, layout.tree, logits[:fed])
         if self._forced(row):
-            return keep
-        appended = seq.tokens[-len(keep):]
+            return path
+        appended = seq.tokens[-len(path) :]
         planner.count(shape, layout, fed, appended)
-        planner.learn(seq, logits, layout.windowed, len(keep), root)
-        return keep
+        planner.learn(seq, logits, layout.windowed, len(path), root)
+        return path
 
     def _commit(self, accepted: list[list[int]]) -> None:
         """Append ``max(a)`` entries per row, holes after each row's own ``a_r``."""
@@ -280,11 +303,11 @@ class BatchDecoder:
 
     def _close_holes(self) -> None:
         """Gather each row's real entries to the right end (holes become left padding)."""
-        keep = self.past_keep
-        order = torch.sort(keep.to(torch.int8), dim=1, stable=True).indices  # holes first
-        index = order[:, keep.shape[1] - int(keep.sum(1).max()):]
+        real = self.past_keep
+        order = torch.sort(real.to(torch.int8), dim=1, stable=True).indices  # holes first
+        index = order[:, real.shape[1] - int(real.sum(1).max()) :]
         gather_rows(self.cache, index)
-        self.past_keep = keep.gather(1, index)
+        self.past_keep = real.gather(1, index)
         self.past_pos = self.past_pos.gather(1, index)
 
     def _forced(self, row: Row) -> bool:
@@ -311,16 +334,16 @@ class BatchDecoder:
         """Drop rows that need no more tokens from the batch and the cache."""
         stops = [row.stop_at for row in self.rows]
         horizon = max(stops) if None not in stops else None
-        keep = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
-        if len(keep) == len(self.live):
+        staying = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
+        if len(staying) == len(self.live):
             return
-        for i in sorted(set(range(len(self.live))) - set(keep)):
+        for i in sorted(set(range(len(self.live))) - set(staying)):
             if not self._forced(self.live[i]):  # a forced row released its rule when it stopped
                 self.live[i].planner.rule.release()
-        self.live = [self.live[i] for i in keep]
-        if not keep:
+        self.live = [self.live[i] for i in staying]
+        if not staying:
             return
-        index = torch.tensor(keep, device=self.position.device)
+        index = torch.tensor(staying, device=self.position.device)
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(0, index.to(layer.keys.device))
             layer.values = layer.values.index_select(0, index.to(layer.values.device))
@@ -336,7 +359,7 @@ class BatchDecoder:
         sequences = []
         for row in self.rows:
             if self.pool is not None:
-                self.pool.remember(row.seq.array()[row.start: row.prompt_len + row.stop_at])
+                self.pool.remember(row.seq.array()[row.start : row.prompt_len + row.stop_at])
             ids = row.seq.ids[0, : row.prompt_len + horizon]
             if ids.shape[0] < row.prompt_len + horizon:
                 ids = torch.cat([ids, ids.new_full((row.prompt_len + horizon - ids.shape[0],), self.pad)])
@@ -351,15 +374,29 @@ def _per_step(rows: list[list[torch.Tensor]], steps: int) -> tuple[torch.Tensor,
     return tuple(torch.cat([row[t] for row in rows], dim=0) for t in range(steps))
 
 
-def batch_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, attention_mask=None,
-                 keep_scores=False, keep_logits=False, costs: CostCurve | None = None, pad: int | None = None,
-                 pad_after_stop: bool = False):
+def batch_decode(
+    model,
+    input_ids,
+    *,
+    rule,
+    stopping_criteria,
+    config,
+    stats,
+    pool=None,
+    attention_mask=None,
+    keep_scores=False,
+    keep_logits=False,
+    costs: CostCurve | None = None,
+    pad: int | None = None,
+    pad_after_stop: bool = False,
+):
     """Generate after the left-padded ``input_ids`` (``[B, n]``) until every row stopped.
 
     Returns ``(sequences, scores, logits)`` as :meth:`BatchDecoder.outputs` lays them out.
     """
-    decoder = BatchDecoder(model, config, rule, stats, stopping_criteria, pool, costs, pad, pad_after_stop,
-                           keep_scores, keep_logits)
+    decoder = BatchDecoder(
+        model, config, rule, stats, stopping_criteria, pool, costs, pad, pad_after_stop, keep_scores, keep_logits
+    )
     decoder.prefill(input_ids, attention_mask)
     while not decoder.done:
         decoder.step()

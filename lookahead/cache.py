@@ -57,8 +57,8 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor
         start = layer.keys.shape[2] - step_len
         if not contiguous:
             src = keep.to(layer.keys.device) + start  # layers may sit on other devices (device_map)
-            layer.keys[:, :, start: start + k] = layer.keys.index_select(2, src)
-            layer.values[:, :, start: start + k] = layer.values.index_select(2, src)
+            layer.keys[:, :, start : start + k] = layer.keys.index_select(2, src)
+            layer.values[:, :, start : start + k] = layer.values.index_select(2, src)
         end = start + k
         if isinstance(layer, DynamicSlidingWindowLayer):
             begin = max(end - layer.sliding_window + 1, 0)
@@ -82,8 +82,8 @@ def commit_rows(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
     for layer in cache.layers:
         index = keep.to(layer.keys.device) + past_len
         index = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-        layer.keys[:, :, past_len: past_len + m] = layer.keys.gather(2, index)
-        layer.values[:, :, past_len: past_len + m] = layer.values.gather(2, index)
+        layer.keys[:, :, past_len : past_len + m] = layer.keys.gather(2, index)
+        layer.values[:, :, past_len : past_len + m] = layer.values.gather(2, index)
         layer.keys = layer.keys[:, :, : past_len + m]
         layer.values = layer.values[:, :, : past_len + m]
 

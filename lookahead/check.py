@@ -7,7 +7,7 @@ compares ``lookahead.generate`` with ``model.generate(do_sample=False)``. A mism
 a minimal example, reported with the first differing position and plain decoding's top-2 score
 margin there, so that a reduced-precision near-tie can be told from a bug.
 
-Needs ``hypothesis`` (``pip install hypothesis``).
+Needs ``hypothesis`` (``pip install hypothesis``). The command is ``lookahead.cli.check``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from dataclasses import dataclass, field, fields
 import torch
 
 import lookahead
+from lookahead import loading
 from lookahead.config import LookaheadConfig
+from lookahead.exactness import EXIT_MISMATCH, EXIT_OK, first_difference, full_precision
+from lookahead.exactness import dtype_name as _dtype_name
+from lookahead.race import TIE_GAP, gap, race
 
-EXIT_OK, EXIT_MISMATCH = 0, 1
-FULL_PRECISION = (torch.float32, torch.float64)  # where any mismatch is a bug, not a rounding near-tie
 NEAR_TIE_STEPS = 8.0  # margins within this many rounding steps of the score are reported as near-ties
 
 
@@ -48,6 +50,8 @@ class Mismatch:
     margin: float | None = None
     top_score: float | None = None
     error: str | None = None
+    seed: int | None = None  # sampling: the torch seed both decodings ran under
+    race_gap: float | None = None  # sampling: the two tokens' gap in the seeded race (lookahead.race)
 
 
 @dataclass
@@ -64,6 +68,13 @@ class CheckResult:
     seconds: float
     dtype: torch.dtype
     mismatch: Mismatch | None = None
+    sample: bool = False
+
+    @property
+    def flip(self) -> bool:
+        """A sampled mismatch at a rounding near-tie of the race (not a bug)."""
+        m = self.mismatch
+        return m is not None and m.race_gap is not None and m.race_gap < TIE_GAP
 
     @property
     def ok(self) -> bool:
@@ -71,26 +82,31 @@ class CheckResult:
 
     @property
     def full_precision(self) -> bool:
-        return self.dtype in FULL_PRECISION
+        return full_precision(self.dtype)
 
     def exit_status(self, strict: bool = False) -> int:
         """0 when every example matched; 1 for a crash, or a mismatch in float32/float64 (in
         bfloat16/float16 only with ``strict``: near-ties there can flip under rounding)."""
         if self.ok:
             return EXIT_OK
-        fatal = self.mismatch.error is not None or self.full_precision or strict
+        fatal = self.mismatch.error is not None or strict or (self.full_precision and not self.flip)
         return EXIT_MISMATCH if fatal else EXIT_OK
 
     def lines(self) -> list[str]:
         """The human-readable report."""
         dtype = _dtype_name(self.dtype)
         if self.ok:
-            return [f"ok: {self.examples} examples ({dtype}, {self.seconds:.1f} s): lookahead.generate "
-                    "matched model.generate(do_sample=False) token for token on every one"]
+            plain = "seeded model.generate(do_sample=True)" if self.sample else "model.generate(do_sample=False)"
+            return [
+                f"ok: {self.examples} examples ({dtype}, {self.seconds:.1f} s): lookahead.generate "
+                f"matched {plain} token for token on every one"
+            ]
         extra = self.runs - self.examples
         head = "ERROR" if self.mismatch.error else "MISMATCH"
-        return [f"{head} at example {self.examples} ({dtype}); minimal example after {extra} shrinking runs:",
-                *_example_lines(self.mismatch, self.dtype)]
+        return [
+            f"{head} at example {self.examples} ({dtype}); minimal example after {extra} shrinking runs:",
+            *_example_lines(self.mismatch, self.dtype),
+        ]
 
 
 class _Found(Exception):
@@ -101,10 +117,22 @@ class _Found(Exception):
         self.mismatch = mismatch
 
 
-def run_check(model, tokenizer, *, examples: int = 30, seed: int = 0, max_new_tokens: int = 32,
-              progress=None) -> CheckResult:
+def run_check(
+    model,
+    tokenizer,
+    *,
+    examples: int = 30,
+    seed: int = 0,
+    max_new_tokens: int = 32,
+    progress=None,
+    sample: bool = False,
+) -> CheckResult:
     """Compare ``lookahead.generate`` with ``model.generate(do_sample=False)`` on ``examples``
     hypothesis-drawn cases (seeded by ``seed``, up to ``max_new_tokens`` new tokens each).
+
+    With ``sample`` each case also draws sampling settings (temperature, top-k, top-p, min-p,
+    typical-p) and a torch seed, and compares with ``model.generate(do_sample=True)`` under that
+    seed; a mismatch then reports the two tokens' gap in the seeded race (``lookahead.race``).
 
     ``progress``, when given, is called with the number of runs so far after each run.
     Raises ``lookahead.Unsupported`` up front when lookahead cannot serve the model at all,
@@ -114,17 +142,24 @@ def run_check(model, tokenizer, *, examples: int = 30, seed: int = 0, max_new_to
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as fixed_seed
 
-    strategy = _cases(model, tokenizer, max_new_tokens)
+    strategy = _cases(model, tokenizer, max_new_tokens, sample)
     pad = _pad_token_id(model, tokenizer)
     _smoke(model, pad)  # an unsupported model fails here, once, not in every example
     state = {"runs": 0, "examples": 0, "failed": False}
 
     @fixed_seed(seed)
     @settings(
-        settings.get_profile("default"), max_examples=examples, derandomize=False, database=None,
-        deadline=None, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
-        phases=(Phase.generate, Phase.target, Phase.shrink), report_multiple_bugs=False, print_blob=False,
-    )  # fmt: skip
+        settings.get_profile("default"),
+        max_examples=examples,
+        derandomize=False,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        phases=(Phase.generate, Phase.target, Phase.shrink),
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
     @given(case=strategy)
     def prop(case):
         state["runs"] += 1
@@ -147,7 +182,7 @@ def run_check(model, tokenizer, *, examples: int = 30, seed: int = 0, max_new_to
         mismatch = found.mismatch
         _add_margin(model, mismatch)
     dtype = next(model.parameters()).dtype
-    return CheckResult(state["examples"], state["runs"], time.perf_counter() - started, dtype, mismatch)
+    return CheckResult(state["examples"], state["runs"], time.perf_counter() - started, dtype, mismatch, sample)
 
 
 def report(result: CheckResult, strict: bool = False, out=None) -> int:
@@ -156,34 +191,55 @@ def report(result: CheckResult, strict: bool = False, out=None) -> int:
     for line in result.lines():
         print(line, file=out)
     status = result.exit_status(strict)
-    if not result.ok and status == EXIT_OK:
-        print(f"note: in {_dtype_name(result.dtype)} a forward over many tokens rounds differently from one "
-              "over a single token, so near-ties can flip; not fatal without --strict", file=out)
+    if not result.ok and status == EXIT_OK and result.flip:
+        print("note: a rounding flip of the sampling race, not a bug; fatal only with --strict", file=out)
+    elif not result.ok and status == EXIT_OK:
+        print(
+            f"note: in {_dtype_name(result.dtype)} a forward over many tokens rounds differently from one "
+            "over a single token, so near-ties can flip; not fatal without --strict",
+            file=out,
+        )
     return status
 
 
 def compare(model, case: dict, pad_token_id: int | None) -> Mismatch | None:
-    """Run one case both ways; ``None`` when the new tokens are identical."""
+    """Run one case both ways; ``None`` when the new tokens are identical. A case with a
+    ``seed`` samples, each decoding under ``torch.manual_seed(seed)``."""
     device = next(model.parameters()).device
     ids = torch.tensor([case["prompt"]], device=device)
     kwargs = _generate_kwargs(case, pad_token_id)
+    seed = case.get("seed")
     with torch.inference_mode():
-        expected = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **kwargs)
+        _reseed(seed)
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
         try:
-            got = lookahead.generate(model, ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                     lookahead_config=case["config"], **kwargs)
+            _reseed(seed)
+            got = lookahead.generate(
+                model, ids, attention_mask=torch.ones_like(ids), lookahead_config=case["config"], **kwargs
+            )
         except Exception as err:  # noqa: BLE001 - a crash where plain decoding works is a failure
-            return Mismatch(case["prompt"], case["config"], kwargs, error=f"{type(err).__name__}: {err}")
+            return Mismatch(case["prompt"], case["config"], kwargs, error=f"{type(err).__name__}: {err}", seed=seed)
     n = ids.shape[1]
     want, have = expected[0, n:].tolist(), got[0, n:].tolist()
     if want == have:
         return None
-    position = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+    position = first_difference(want, have)
     return Mismatch(
-        case["prompt"], case["config"], kwargs, want, have, position,
+        case["prompt"],
+        case["config"],
+        kwargs,
+        want,
+        have,
+        position,
         expected=want[position] if position < len(want) else None,
         got=have[position] if position < len(have) else None,
-    )  # fmt: skip
+        seed=seed,
+    )
+
+
+def _reseed(seed: int | None) -> None:
+    if seed is not None:
+        torch.manual_seed(seed)
 
 
 def _check_args(model, examples, seed, max_new_tokens) -> None:
@@ -196,22 +252,57 @@ def _check_args(model, examples, seed, max_new_tokens) -> None:
         raise ValueError("model is in training mode (dropout makes decoding random); call model.eval() first")
 
 
-def _cases(model, tokenizer, max_new_tokens: int):
+def has_vocabulary(tokenizer, vocab_size: int | None = None) -> bool:
+    """Whether ``tokenizer`` has an ordinary (not special) id below ``vocab_size``: transformers
+    builds a tokenizer of special tokens only for a folder without tokenizer files."""
+    if tokenizer is None:
+        return False
+    size = len(tokenizer) if vocab_size is None else min(len(tokenizer), int(vocab_size))
+    special = {int(t) for t in getattr(tokenizer, "all_special_ids", ()) or () if 0 <= int(t) < size}
+    return size - len(special) > 0
+
+
+def _special_ids(model) -> set[int]:
+    """The model's own bos/eos/pad ids (from its config and generation config)."""
+    ids = set()
+    for source in (model.config, getattr(model, "generation_config", None)):
+        for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(source, attr, None)
+            ids.update(value if isinstance(value, (list, tuple)) else [] if value is None else [value])
+    return {int(t) for t in ids}
+
+
+def _token_ids(model, tokenizer):
+    """The tokenizer's ordinary ids; without a usable tokenizer every id below ``config.vocab_size``
+    except the model's special ones."""
+    from lookahead import testing
+
+    vocab_size = getattr(model.config, "vocab_size", None)
+    if has_vocabulary(tokenizer, vocab_size):
+        return testing.vocabulary_ids(tokenizer, vocab_size)
+    if not vocab_size:
+        raise ValueError("lookahead check needs a tokenizer or the model's config.vocab_size to draw token ids from")
+    return testing.token_ids(0, int(vocab_size) - 1, exclude=_special_ids(model))
+
+
+def _cases(model, tokenizer, max_new_tokens: int, sample: bool = False):
     from hypothesis import strategies as st
 
     from lookahead import testing
 
-    tokens = testing.vocabulary_ids(tokenizer, getattr(model.config, "vocab_size", None))
+    tokens = _token_ids(model, tokenizer)
     eos = testing.eos_ids(tokens)
     model_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if model_eos is not None:  # the model's own EOS is special, so tokens never draws it
         eos = st.one_of(eos, st.just(model_eos))
-    return testing.cases(tokens, max_new_tokens, eos=eos)
+    cases = testing.cases(tokens, max_new_tokens, eos=eos)
+    if not sample:
+        return cases
+    sampled = st.tuples(cases, testing.sampling_options(), st.integers(0, 2**31 - 1))
+    return sampled.map(lambda p: {**p[0], "options": {**p[0]["options"], **p[1]}, "seed": p[2]})
 
 
 def _pad_token_id(model, tokenizer) -> int | None:
-    from lookahead.bench import loading
-
     return loading.pad_token_id(model, tokenizer)
 
 
@@ -219,12 +310,18 @@ def _smoke(model, pad: int | None) -> None:
     """One short lookahead call outside hypothesis, so that ``Unsupported`` surfaces as itself."""
     ids = torch.zeros((1, 2), dtype=torch.long, device=next(model.parameters()).device)
     with torch.inference_mode():
-        lookahead.generate(model, ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=2,
-                           pad_token_id=pad)
+        lookahead.generate(
+            model, ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=2, pad_token_id=pad
+        )
 
 
 def _generate_kwargs(case: dict, pad_token_id: int | None) -> dict:
-    kwargs = {"max_new_tokens": case["max_new_tokens"], "eos_token_id": case["eos_token_id"], **case["options"]}
+    kwargs = {
+        "max_new_tokens": case["max_new_tokens"],
+        "eos_token_id": case["eos_token_id"],
+        "do_sample": case.get("seed") is not None,
+        **case["options"],
+    }
     if pad_token_id is not None:
         kwargs["pad_token_id"] = pad_token_id
     return kwargs
@@ -242,17 +339,27 @@ def _unwrap(err: BaseException) -> _Found | None:
 
 
 def _add_margin(model, mismatch: Mismatch) -> None:
-    """Plain decoding's top-2 margin of the processed scores at the first differing position."""
+    """Plain decoding's top-2 margin of the processed scores at the first differing position
+    (sampling: the two tokens' gap in the race over those scores and the seed's noise)."""
     if mismatch.position is None or mismatch.expected is None:
         return
     device = next(model.parameters()).device
     ids = torch.tensor([mismatch.prompt], device=device)
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, output_scores=True,
-                             return_dict_in_generate=True, **mismatch.kwargs)
+        _reseed(mismatch.seed)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            output_scores=True,
+            return_dict_in_generate=True,
+            **mismatch.kwargs,
+        )
     scores = out.scores[mismatch.position][0].float()
     top = torch.topk(scores, 2).values.tolist()
     mismatch.top_score, mismatch.margin = top[0], top[0] - top[1]
+    if mismatch.seed is not None and mismatch.got is not None:
+        values = race(scores, mismatch.seed, mismatch.position)
+        mismatch.race_gap = gap(values, (mismatch.expected, mismatch.got))
 
 
 def _example_lines(m: Mismatch, dtype: torch.dtype) -> list[str]:
@@ -272,16 +379,26 @@ def _example_lines(m: Mismatch, dtype: torch.dtype) -> list[str]:
             f"  plain:     {m.expected_ids}",
             f"  lookahead: {m.got_ids}",
         ]
-    lines.append(f"  reproduce: lookahead.generate(model, torch.tensor([{m.prompt}]), do_sample=False, "
-                 f"lookahead_config=lookahead.{config_repr(m.config)}, {kwargs})")
+    lines.append(
+        f"  reproduce: {'' if m.seed is None else f'torch.manual_seed({m.seed}); '}"
+        f"lookahead.generate(model, torch.tensor([{m.prompt}]), "
+        f"lookahead_config=lookahead.{config_repr(m.config)}, {kwargs})"
+    )
     return lines
 
 
 def _margin_line(m: Mismatch, dtype: torch.dtype) -> str:
+    if m.race_gap is not None:
+        verdict = "a rounding flip of the race" if m.race_gap < TIE_GAP else "not a near-tie, likely a bug"
+        return (
+            f"the two tokens' gap in the seeded sampling race there: {m.race_gap:.4g} (ties < {TIE_GAP:g}): {verdict}"
+        )
     if m.margin is None:
         return "top-2 margin: none (plain decoding had stopped there)"
     steps = m.margin / (torch.finfo(dtype).eps * max(abs(m.top_score), 1.0))
-    text = f"plain decoding's top-2 score margin there: {m.margin:.4g} ({steps:.3g} {_dtype_name(dtype)} rounding steps)"
+    text = (
+        f"plain decoding's top-2 score margin there: {m.margin:.4g} ({steps:.3g} {_dtype_name(dtype)} rounding steps)"
+    )
     verdict = "a near-tie, likely rounding" if steps <= NEAR_TIE_STEPS else "not a near-tie, likely a bug"
     return f"{text}: {verdict}"
 
@@ -293,10 +410,9 @@ def _tok(token: int | None) -> str:
 def config_repr(config: LookaheadConfig) -> str:
     """``LookaheadConfig(...)`` naming only the fields that differ from the defaults."""
     default = LookaheadConfig()
-    changed = [f"{f.name}={getattr(config, f.name)!r}" for f in fields(config)
-               if getattr(config, f.name) != getattr(default, f.name)]
+    changed = [
+        f"{f.name}={getattr(config, f.name)!r}"
+        for f in fields(config)
+        if getattr(config, f.name) != getattr(default, f.name)
+    ]
     return f"LookaheadConfig({', '.join(changed)})"
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")

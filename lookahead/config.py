@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-METHODS = ("lookahead", "jacobi")
+ENGINE_METHODS = ("lookahead", "jacobi")  # the decoding methods lookahead.generate runs
 ON_UNSUPPORTED = ("error", "fallback")
 
 
@@ -86,8 +86,8 @@ class LookaheadConfig:
         _check_int("copy_length", self.copy_length, 0, 256)
         _check_int("copy_match", self.copy_match, 1, 64)
         _check_int("successors", self.successors, 0, 16)
-        if self.method not in METHODS:
-            raise ValueError(f"LookaheadConfig.method must be one of {METHODS}, got {self.method!r}")
+        if self.method not in ENGINE_METHODS:
+            raise ValueError(f"LookaheadConfig.method must be one of {ENGINE_METHODS}, got {self.method!r}")
         if self.on_unsupported not in ON_UNSUPPORTED:
             raise ValueError(
                 f"LookaheadConfig.on_unsupported must be one of {ON_UNSUPPORTED}, got {self.on_unsupported!r}"

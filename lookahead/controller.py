@@ -60,8 +60,16 @@ class ShapeController:
         copy_shape: also weigh the ``copy`` shape.
     """
 
-    def __init__(self, costs: CostCurve | None = None, adaptive: bool = True, explore_every: int = 12,
-                 alpha: float = 0.25, max_backoff: int = 8, rows: int = 1, copy_shape: bool = False):
+    def __init__(
+        self,
+        costs: CostCurve | None = None,
+        adaptive: bool = True,
+        explore_every: int = 12,
+        alpha: float = 0.25,
+        max_backoff: int = 8,
+        rows: int = 1,
+        copy_shape: bool = False,
+    ):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
         self.alpha = alpha

@@ -32,7 +32,7 @@ from lookahead import distributed
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXT = 64
 REPEATS = 7
-_MEMO: dict[str, "CostCurve"] = {}
+_MEMO: dict[str, CostCurve] = {}
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,12 @@ class CostCurve:
             raise ValueError(f"CostCurve.costs must be > 0, got {self.costs!r}")
 
     @classmethod
-    def linear(cls, per_token: float = 1.0) -> "CostCurve":
+    def linear(cls, per_token: float = 1.0) -> CostCurve:
         """A forward over k tokens costs ``1 + per_token * (k - 1)`` (1.0: proportional)."""
         return cls((1, 2), (1.0, 1.0 + per_token))
 
     @classmethod
-    def from_times(cls, sizes, seconds) -> "CostCurve":
+    def from_times(cls, sizes, seconds) -> CostCurve:
         """From measured seconds per size, made non-decreasing (noise cannot make more
         tokens cheaper) and relative to the one-token forward."""
         costs, top = [], 0.0
@@ -92,9 +92,10 @@ class CostCurve:
         return {"sizes": list(self.sizes), "costs": list(self.costs), "unit_s": self.unit_s}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CostCurve":
-        return cls(tuple(int(k) for k in data["sizes"]), tuple(float(c) for c in data["costs"]),
-                   float(data.get("unit_s", 0.0)))
+    def from_dict(cls, data: dict) -> CostCurve:
+        return cls(
+            tuple(int(k) for k in data["sizes"]), tuple(float(c) for c in data["costs"]), float(data.get("unit_s", 0.0))
+        )
 
 
 def default_cache_dir() -> Path:
@@ -107,12 +108,22 @@ def curve_key(model, rows: int = 1) -> str:
     """What the curve depends on: the architecture's shape, dtype, device, threads, torch,
     and the batch size ``rows``."""
     config = model.config.to_dict()
-    shape = {k: config.get(k) for k in sorted(config) if isinstance(config.get(k), (int, float, str, bool))
-             and k not in ("transformers_version", "_name_or_path", "torch_dtype", "dtype")}
+    shape = {
+        k: config.get(k)
+        for k in sorted(config)
+        if isinstance(config.get(k), (int, float, str, bool))
+        and k not in ("transformers_version", "_name_or_path", "torch_dtype", "dtype")
+    }
     device = next(model.parameters()).device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    facts = [json.dumps(shape, sort_keys=True), str(model.dtype), name, str(torch.get_num_threads()),
-             torch.__version__, str(getattr(model.config, "_attn_implementation", None))]
+    facts = [
+        json.dumps(shape, sort_keys=True),
+        str(model.dtype),
+        name,
+        str(torch.get_num_threads()),
+        torch.__version__,
+        str(getattr(model.config, "_attn_implementation", None)),
+    ]
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were
         facts.append(f"sharded over {ranks} ranks")
@@ -140,7 +151,7 @@ def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS
     # size alike instead of the few measured during it
     for round_ in range(repeats + 1):
         for i, k in enumerate(sizes):
-            query = ids[:, context: context + k]
+            query = ids[:, context : context + k]
             positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
             cache = copy.deepcopy(prefilled)  # sliding layers cannot be cropped back
             _sync(device)

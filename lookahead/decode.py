@@ -16,10 +16,10 @@ from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.mask import StepMask
 from lookahead.pool import NgramPool
-from lookahead.recycle import SuccessorTable
 from lookahead.static import StaticSteps
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
+from lookahead.successors import SuccessorTable
 from lookahead.tree import GuessTree
 from lookahead.verify import walk
 from lookahead.window import JacobiWindow
@@ -46,7 +46,7 @@ def _never(length: int, token: int) -> bool:
     return False
 
 
-class Sequence:
+class TokenSequence:
     """The growing token sequence of one generation, and what it reports on the way.
 
     ``ids`` is a ``[1, len]`` view of a buffer grown by doubling, so appending a token costs
@@ -86,7 +86,7 @@ class Sequence:
             grown = np.empty(2 * n, dtype=np.int64)
             grown[: self._filled] = self._buffer[: self._filled]
             self._buffer = grown
-        self._buffer[self._filled: n] = self.tokens[self._filled: n]
+        self._buffer[self._filled : n] = self.tokens[self._filled : n]
         self._filled = n
         return self._buffer[:n]
 
@@ -115,8 +115,17 @@ class Sequence:
 class Decoder:
     """State of one lookahead generation over a batch of one sequence."""
 
-    def __init__(self, model, config: LookaheadConfig, rule, cache, stats: LookaheadStats,
-                 pool: NgramPool | None = None, costs: CostCurve | None = None, static: StaticSteps | None = None):
+    def __init__(
+        self,
+        model,
+        config: LookaheadConfig,
+        rule,
+        cache,
+        stats: LookaheadStats,
+        pool: NgramPool | None = None,
+        costs: CostCurve | None = None,
+        static: StaticSteps | None = None,
+    ):
         self.model = model
         self.static = static  # steps on a StaticCache (``cache`` is then ``static.cache``)
         self.config = config
@@ -125,8 +134,11 @@ class Decoder:
         self.stats = stats
         self.pool = None
         if config.uses_pool:
-            self.pool = pool if pool is not None else NgramPool(
-                config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+            self.pool = (
+                pool
+                if pool is not None
+                else NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+            )
         self._copy_out = np.empty(config.copy_length, dtype=np.int64)
         self._copied = self._copy_out[:0]
         # the copy guess grows while it holds in full and shrinks to what held when it breaks,
@@ -134,8 +146,9 @@ class Decoder:
         self.copy_budget = min(config.copy_length, 4)
         self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
-        self.controller = ShapeController(costs, adaptive=config.adaptive and config.method == "lookahead",
-                                          copy_shape=config.copy_shape)
+        self.controller = ShapeController(
+            costs, adaptive=config.adaptive and config.method == "lookahead", copy_shape=config.copy_shape
+        )
         self.step_mask: StepMask | None = None  # root + window + guesses
         self.lean_mask: StepMask | None = None  # root + guesses
 
@@ -151,34 +164,36 @@ class Decoder:
         self.stats.row_forwards += 1
         return logits
 
-    def prefill(self, seq: Sequence, attention_mask, position_ids) -> None:
+    def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
-        keep_last = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
-        logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids,
-                              **keep_last)
+        last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids, **last_only)
         if self.static is None:
             check_cache(self.cache)
             prepare_cache(self.cache)
-        keep = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
-        self.past_keep = keep
-        prompt = np.asarray(seq.tokens, dtype=np.int64)[keep.cpu().numpy()]
+        real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
+        self.past_keep = real
+        prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
         self.rule.start(logits[-1:])
         seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
         self.position = int(position_ids[0, -1]) + 1
         # static layers are all full length: the windows come from the config (see static.py)
         windows, self.layer_index = attention_groups(
-            self.model, self.cache if self.static is None else DynamicCache(config=self.model.config))
+            self.model, self.cache if self.static is None else DynamicCache(config=self.model.config)
+        )
         # a lone root over an unpadded cache with full attention needs no mask of ours: the
         # model's own causal mask is the same, and building ours costs more than plain decoding
-        self._maskless_plain = bool(keep.all()) and all(w is None for w in windows.values()) and self.static is None
+        self._maskless_plain = bool(real.all()) and all(w is None for w in windows.values()) and self.static is None
         self.seed(prompt, windows, logits.shape[-1], logits.device)
         self.learn_text(seq, 1)
         if self.static is not None:
-            self.static.warm_up(seq.ids[0, -1], self.position, len(seq.tokens) - 1, windows, self.model.dtype,
-                                logits.device)
+            self.static.warm_up(
+                seq.ids[0, -1], self.position, len(seq.tokens) - 1, windows, self.model.dtype, logits.device
+            )
 
-    def seed(self, prompt: np.ndarray, windows: dict, vocab: int, device,
-             successors: SuccessorTable | None = None) -> None:
+    def seed(
+        self, prompt: np.ndarray, windows: dict, vocab: int, device, successors: SuccessorTable | None = None
+    ) -> None:
         """Start the window, the step masks, the pool and the successor table from the
         prompt's real tokens (int64 ``[n]``); ``successors`` shares a table between decoders."""
         cfg = self.config
@@ -192,7 +207,7 @@ class Decoder:
         elif cfg.uses_successors:
             self.successors = SuccessorTable(vocab, cfg.successors, cfg.ngram - 1)
 
-    def step(self, seq: Sequence) -> None:
+    def step(self, seq: TokenSequence) -> None:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         shape = self.controller.choose()
         window = self.window if shape == FULL else None
@@ -205,18 +220,18 @@ class Decoder:
             logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=positions)
         if self.successors is not None:
             self.successors.update(step.ids[0], logits)
-        keep = self.accept(seq, step.tree, logits)
-        accepted = len(keep)
+        path = self.accept(seq, step.tree, logits)
+        accepted = len(path)
         self._record(shape, step, seq.tokens[-accepted:])
         if self.static is not None:
-            self.static.commit(past_len, keep)
+            self.static.commit(past_len, path)
         else:
-            commit(self.cache, past_len, step.ids.shape[1], torch.tensor(keep, device=logits.device))
+            commit(self.cache, past_len, step.ids.shape[1], torch.tensor(path, device=logits.device))
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
         self.learn(seq, logits, window is not None, accepted, last)
 
-    def learn(self, seq: Sequence, logits: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
+    def learn(self, seq: TokenSequence, logits: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
         """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
         move the window on (by its newest level's predictions in ``logits`` ``[q, V]`` when
         it was fed), file the new n-grams and size the next copy guess."""
@@ -227,21 +242,24 @@ class Decoder:
         self.learn_text(seq, accepted)
         self._size_copy(seq.tokens[-accepted:])
 
-    def _layout(self, seq: Sequence, window: JacobiWindow | None, past_len: int, guess: bool,
-                copy_only: bool = False) -> "Layout":
+    def _layout(
+        self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool, copy_only: bool = False
+    ) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         if not guess and window is None and self._maskless_plain:
             ids = seq.ids[:, -1:]
             return Layout(ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
         tree, tokens, cands, origins = self.plan(seq, window, guess, copy_only)
-        sizes = {name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
-                 for name, i in self.layer_index.items()}
+        sizes = {
+            name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
+            for name, i in self.layer_index.items()
+        }
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
         ids = torch.tensor([tokens], device=seq.ids.device)
         return Layout(tree, ids, offsets, mask, cands, origins, window is not None)
 
-    def plan(self, seq: Sequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
+    def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
         guess rows merged into it (or None) and each row's source (``copy_only``: the copy
         guess alone)."""
@@ -251,12 +269,12 @@ class Decoder:
         tree = GuessTree.build(chain, len(head), cands)
         return tree, head + tree.tokens.tolist(), cands, origins
 
-    def _record(self, shape: str, step: "Layout", appended: list[int]) -> None:
+    def _record(self, shape: str, step: Layout, appended: list[int]) -> None:
         """Count the step, credit the source of its accepted guesses, inform the controller."""
         self.count(shape, step, step.ids.shape[1], appended)
         self.controller.record(shape, len(appended), step.ids.shape[1])
 
-    def count(self, shape: str, step: "Layout", fed: int, appended: list[int]) -> None:
+    def count(self, shape: str, step: Layout, fed: int, appended: list[int]) -> None:
         """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats."""
         stats, accepted = self.stats, len(appended)
         stats.steps += 1
@@ -268,18 +286,18 @@ class Decoder:
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
 
-    def accept(self, seq: Sequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
+    def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
         """Walk the tree appending the model's own choices; return the nodes whose entries stay."""
         self.rule.start(logits)
-        keep = []
+        path = []
         for node, pick in walk(tree, self.rule, lambda: seq.ids):
-            keep.append(node)
+            path.append(node)
             seq.append(pick)
             if seq.done:
                 break
-        return keep
+        return path
 
-    def _guesses(self, seq: Sequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    def _guesses(self, seq: TokenSequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
         """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
         ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
         cfg = self.config
@@ -323,14 +341,14 @@ class Decoder:
         if not width:
             return
         first = 1 + (self.window.levels - 1) * width
-        newest = logits[first: first + width].argmax(-1).cpu().numpy()
+        newest = logits[first : first + width].argmax(-1).cpu().numpy()
         # in its Jacobi context, column i of level 0 follows the root (i = 0) or column i - 1
         before = np.concatenate([[root], self.window.chain[:-1]])
         ngrams = self.window.advance(newest, accepted)
         if self.pool is not None:
             self.pool.insert(ngrams, before)
 
-    def learn_text(self, seq: Sequence, accepted: int) -> None:
+    def learn_text(self, seq: TokenSequence, accepted: int) -> None:
         """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
         if self.pool is not None and self.config.prompt_ngrams:
             text = seq.array()
@@ -378,14 +396,29 @@ def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:
     cands = np.full((sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)), -1, dtype=np.int64)
     row = 0
     for part in parts:
-        cands[row: row + part.shape[0], : part.shape[1]] = part
+        cands[row : row + part.shape[0], : part.shape[1]] = part
         row += part.shape[0]
     return cands
 
 
-def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats, pool=None, streamer=None,
-                     attention_mask=None, position_ids=None, cache=None, keep_scores=False,
-                     keep_logits=False, costs: CostCurve | None = None, static: StaticSteps | None = None) -> Sequence:
+def lookahead_decode(
+    model,
+    input_ids,
+    *,
+    rule,
+    stopping_criteria,
+    config,
+    stats,
+    pool=None,
+    streamer=None,
+    attention_mask=None,
+    position_ids=None,
+    cache=None,
+    keep_scores=False,
+    keep_logits=False,
+    costs: CostCurve | None = None,
+    static: StaticSteps | None = None,
+) -> TokenSequence:
     """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop.
 
     ``costs`` prices the step shapes for the adaptive controller (proportional when None);
@@ -393,11 +426,11 @@ def lookahead_decode(model, input_ids, *, rule, stopping_criteria, config, stats
     """
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
-    seq = Sequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
+    seq = TokenSequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
     decoder = Decoder(model, config, rule, cache, stats, pool, costs, static)
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:
         decoder.step(seq)
     if decoder.pool is not None:  # the text, without left padding, for later requests
-        decoder.pool.remember(seq.array()[int(decoder.past_keep.long().argmax()):])
+        decoder.pool.remember(seq.array()[int(decoder.past_keep.long().argmax()) :])
     return seq

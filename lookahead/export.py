@@ -65,8 +65,10 @@ the model's distribution. No draft model.
 From this folder, after `hf auth login`:
 
 ```bash
-hf upload YOUR_USER/lookahead-generate .        # huggingface_hub < 1.0: huggingface-cli upload YOUR_USER/lookahead-generate .
+hf upload YOUR_USER/lookahead-generate .
 ```
+
+(huggingface_hub < 1.0: `huggingface-cli upload YOUR_USER/lookahead-generate .`)
 
 or from Python: `HfApi().upload_folder(repo_id="YOUR_USER/lookahead-generate", folder_path=".")`
 (after `HfApi().create_repo("YOUR_USER/lookahead-generate", exist_ok=True)`).
@@ -135,5 +137,7 @@ def _to_write(root: Path, contents: dict, overwrite: bool) -> list[str]:
         elif overwrite:
             todo.append(name)
         else:
-            raise FileExistsError(f"{str(target)!r} exists with other contents; pass overwrite=True (--force) to replace it")
+            raise FileExistsError(
+                f"{str(target)!r} exists with other contents; pass overwrite=True (--force) to replace it"
+            )
     return todo

@@ -38,7 +38,7 @@ def window_layout(levels: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         for col in range(width):
             row = 1 + level * width + col
             offsets[row] = 1 + col + level
-            allowed[row, 1: 2 + col] = True
+            allowed[row, 1 : 2 + col] = True
             for above in range(1, level + 1):
                 allowed[row, 1 + above * width + col] = True
     return offsets, allowed
@@ -134,8 +134,15 @@ def stack_steps(offsets: list[torch.Tensor], allowed: list[torch.Tensor], width:
     return out_offsets, out_allowed
 
 
-def batch_masks(offsets: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor, past_keep: torch.Tensor,
-                past_pos: torch.Tensor, groups: dict, dtype: torch.dtype):
+def batch_masks(
+    offsets: torch.Tensor,
+    allowed: torch.Tensor,
+    positions: torch.Tensor,
+    past_keep: torch.Tensor,
+    past_pos: torch.Tensor,
+    groups: dict,
+    dtype: torch.dtype,
+):
     """The additive mask(s) ``[B, 1, q, L + q]`` of a batch step over a cache with holes.
 
     Row r's step tokens sit at positions ``positions[r] + offsets[r]``. A committed entry is

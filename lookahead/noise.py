@@ -66,7 +66,7 @@ class NoiseStream:
         while self.drawn <= step:
             block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
             self._blocks.append(block.exponential_(generator=self.generator))
-        noise = self._blocks[step - self._first][row: row + 1]
+        noise = self._blocks[step - self._first][row : row + 1]
         self._next[row] = step + 1
         self._drop()
         return noise

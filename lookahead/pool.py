@@ -33,10 +33,14 @@ class NgramPool:
     whose probe neighbourhood is full evicts that neighbourhood's least recently used key).
     """
 
-    def __init__(self, ngram: int, guesses: int, capacity: int = 1 << 14, context_tokens: int = 1,
-                 history: int = 1 << 16):
-        if ngram < 2:
-            raise ValueError(f"ngram must be >= 2, got {ngram}")
+    def __init__(
+        self, ngram: int, guesses: int, capacity: int = 1 << 14, context_tokens: int = 1, history: int = 1 << 16
+    ):
+        for name, value, low in (("ngram", ngram, 2), ("guesses", guesses, 0), ("capacity", capacity, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
         if context_tokens not in (1, 2):
             raise ValueError(f"context_tokens must be 1 or 2, got {context_tokens}")
         self.ngram = ngram
@@ -66,7 +70,7 @@ class NgramPool:
         if not self.history_capacity:
             return
         text = np.append(np.asarray(tokens, dtype=np.int64), -1)
-        self._history = np.concatenate([self._history, text])[-self.history_capacity:]
+        self._history = np.concatenate([self._history, text])[-self.history_capacity :]
 
     @property
     def capacity(self) -> int:
@@ -113,12 +117,20 @@ class NgramPool:
 
     def save(self, path) -> None:
         """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""
-        np.savez(path, keys=self._keys, stamps=self._stamps, counts=self._counts, conts=self._conts,
-                 clock=self._clock, shape=np.array([self.ngram, self.guesses, self.context_tokens]),
-                 history=self._history, history_capacity=np.array(self.history_capacity))
+        np.savez(
+            path,
+            keys=self._keys,
+            stamps=self._stamps,
+            counts=self._counts,
+            conts=self._conts,
+            clock=self._clock,
+            shape=np.array([self.ngram, self.guesses, self.context_tokens]),
+            history=self._history,
+            history_capacity=np.array(self.history_capacity),
+        )
 
     @classmethod
-    def load(cls, path) -> "NgramPool":
+    def load(cls, path) -> NgramPool:
         """Read a pool written by :meth:`save` (``allow_pickle=False``: arrays only)."""
         with np.load(path, allow_pickle=False) as data:
             ngram, guesses, context_tokens = (int(x) for x in data["shape"])
@@ -126,10 +138,12 @@ class NgramPool:
             for name in ("keys", "stamps", "counts", "conts", "clock"):
                 held = getattr(pool, f"_{name}")
                 if data[name].shape != held.shape or data[name].dtype != held.dtype:
-                    raise ValueError(f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
-                                     f"expected {held.shape} {held.dtype}")
+                    raise ValueError(
+                        f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
+                        f"expected {held.shape} {held.dtype}"
+                    )
                 held[...] = data[name]
             if "history" in data:  # files written before the history was kept have none
                 pool.history_capacity = int(data["history_capacity"])
-                pool._history = np.asarray(data["history"], dtype=np.int64)[-pool.history_capacity:]
+                pool._history = np.asarray(data["history"], dtype=np.int64)[-pool.history_capacity :]
         return pool

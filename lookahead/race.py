@@ -30,10 +30,35 @@ def replay_noise(seed: int, step: int, rows: int, row: int, vocab: int, device="
     return block[row]
 
 
+def race(scores: torch.Tensor, seed: int, step: int, rows: int = 1, row: int = 0) -> torch.Tensor:
+    """The race values ``log p(x) - log q_x`` (``[V]``) of processed ``scores`` (``[V]``) at the
+    new token ``step`` of row ``row`` of a batch of ``rows`` under ``torch.manual_seed(seed)``:
+    the token sampled there is their argmax."""
+    logp = torch.log_softmax(scores.float(), dim=-1)
+    return logp - replay_noise(seed, step, rows, row, logp.shape[-1], logp.device).log()
+
+
+def gap(values: torch.Tensor, tokens: tuple[int, int]) -> float:
+    """``|values[a] - values[b]|``; ``inf`` when either is outside the support (no rounding reaches it)."""
+    a, b = (values[t] for t in tokens)
+    if not (torch.isfinite(a) and torch.isfinite(b)):
+        return float("inf")
+    return float((a - b).abs())
+
+
 @torch.inference_mode()
-def race_gap(model, prefix: torch.Tensor, tokens: tuple[int, int], seed: int, step: int, rows: int = 1,
-             row: int = 0, processors=None) -> float:
-    """``|race(a) - race(b)|`` at the position after ``prefix`` for ``tokens = (a, b)``.
+def race_gap(
+    model,
+    prefix: torch.Tensor,
+    tokens: tuple[int, int],
+    seed: int,
+    step: int,
+    rows: int = 1,
+    row: int = 0,
+    processors=None,
+) -> float:
+    """``|race(a) - race(b)|`` at the position after ``prefix`` for ``tokens = (a, b)``, recomputed
+    the plain way (one forward over ``prefix``).
 
     Args:
         prefix: the row's real tokens (no padding) and the tokens both outputs share, ``[n]``.
@@ -41,16 +66,9 @@ def race_gap(model, prefix: torch.Tensor, tokens: tuple[int, int], seed: int, st
             and the row's slot in it (what fixes its noise).
         processors: the processed distribution's ``LogitsProcessorList`` (temperature, top-p,
             ...), or ``None`` for the raw softmax.
-    Returns ``inf`` when either token is outside the processed support (no rounding reaches it).
     """
     ids = prefix[None].to(model.device)
     scores = model(input_ids=ids).logits[:, -1].float()
     if processors:
         scores = processors(ids, scores)
-    logp = torch.log_softmax(scores, dim=-1)[0]
-    q = replay_noise(seed, step, rows, row, logp.shape[-1], logp.device)
-    race = logp - q.log()
-    a, b = (race[t] for t in tokens)
-    if not (torch.isfinite(a) and torch.isfinite(b)):
-        return float("inf")
-    return float((a - b).abs())
+    return gap(race(scores[0], seed, step, rows, row), tokens)

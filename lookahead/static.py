@@ -73,19 +73,27 @@ class StaticSteps:
         q = ids.shape[1]
         b = bucket_for(q, self.buckets)
         if past_len + b > self.max_len:
-            raise RuntimeError(f"static cache of {self.max_len} entries cannot take a {b}-token step after "
-                               f"{past_len}")
+            raise RuntimeError(f"static cache of {self.max_len} entries cannot take a {b}-token step after {past_len}")
         if b > q:  # filler: copies of the root at its position
             ids = torch.cat([ids, ids[:, :1].expand(1, b - q)], dim=1)
             positions = torch.cat([positions, positions[:, :1].expand(1, b - q)], dim=1)
-        full = {name: self._full_mask(m, past_len, q, b) for name, m in mask.items()} if isinstance(mask, dict) \
+        full = (
+            {name: self._full_mask(m, past_len, q, b) for name, m in mask.items()}
+            if isinstance(mask, dict)
             else self._full_mask(mask, past_len, q, b)
+        )
         forward = self.model
         if self.compiled is not None and b in self.buckets:
             forward = self.compiled
             self.graphs.add(b)
-        out = forward(input_ids=ids, attention_mask=full, position_ids=positions, cache=self.cache,
-                      use_cache=True, return_dict=True)
+        out = forward(
+            input_ids=ids,
+            attention_mask=full,
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+            return_dict=True,
+        )
         return out.logits[0, :q]
 
     def _full_mask(self, mask: torch.Tensor, past_len: int, q: int, b: int) -> torch.Tensor:
@@ -129,11 +137,18 @@ class StaticSteps:
             mask = torch.full((1, 1, b, self.max_len), blocked, dtype=dtype, device=device)
             steps = torch.arange(b, device=device)
             mask[0, 0, steps, past_len + steps] = 0.0
-            ids = root.reshape(1, 1).expand(1, b)
+            ids = root.reshape(1, 1).expand(1, b).contiguous()  # the strides of a real step (dynamo guards them)
             positions = torch.full((1, b), position, dtype=torch.long, device=device)
-            masks = mask if list(groups) == [None] else dict.fromkeys(groups, mask)
-            self.compiled(input_ids=ids, attention_mask=masks, position_ids=positions, cache=self.cache,
-                          use_cache=True, return_dict=True)
+            # one tensor per kind, as real steps have (dynamo guards on whether two are one)
+            masks = mask if list(groups) == [None] else {name: mask.clone() for name in groups}
+            self.compiled(
+                input_ids=ids,
+                attention_mask=masks,
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+                return_dict=True,
+            )
             self.graphs.add(b)
             for layer in self.cache.layers:
                 layer.cumulative_length.fill_(past_len)

@@ -8,7 +8,7 @@ token in Python, without tensors; any other criterion runs the list as given.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 

@@ -92,9 +92,15 @@ def _probe_logits(model) -> tuple[torch.Tensor, torch.Tensor]:
     mask[..., 1, 4] = blocked
     mask[..., 2, 3] = blocked
     decoy = (c + 1) % vocab
-    step = model(
-        input_ids=torch.tensor([[c, decoy, d]], device=device),
-        position_ids=torch.tensor([[2, 3, 3]], device=device),
-        attention_mask=mask, cache=cache, use_cache=True,
-    ).logits[0, -1].float()
+    step = (
+        model(
+            input_ids=torch.tensor([[c, decoy, d]], device=device),
+            position_ids=torch.tensor([[2, 3, 3]], device=device),
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+        )
+        .logits[0, -1]
+        .float()
+    )
     return plain, step

@@ -66,8 +66,9 @@ def vocabulary_ids(tokenizer, vocab_size: int | None = None) -> st.SearchStrateg
     model's ``vocab_size`` when given) except the special tokens."""
     size = len(tokenizer) if vocab_size is None else min(len(tokenizer), int(vocab_size))
     if size < 1:
-        raise ValueError(f"vocabulary_ids: the vocabulary is empty (len(tokenizer)={len(tokenizer)}, "
-                         f"vocab_size={vocab_size})")
+        raise ValueError(
+            f"vocabulary_ids: the vocabulary is empty (len(tokenizer)={len(tokenizer)}, vocab_size={vocab_size})"
+        )
     return token_ids(0, size - 1, exclude=getattr(tokenizer, "all_special_ids", ()))
 
 
@@ -160,14 +161,20 @@ def sampling_options() -> st.SearchStrategy[dict]:
     return st.tuples(warpers, processor_options()).map(lambda parts: {**parts[0], **parts[1]})
 
 
-def cases(tokens: st.SearchStrategy[int], max_new: int = 32, eos: st.SearchStrategy | None = None,
-          config: st.SearchStrategy[LookaheadConfig] | None = None) -> st.SearchStrategy[dict]:
+def cases(
+    tokens: st.SearchStrategy[int],
+    max_new: int = 32,
+    eos: st.SearchStrategy | None = None,
+    config: st.SearchStrategy[LookaheadConfig] | None = None,
+) -> st.SearchStrategy[dict]:
     """One comparison: ``{"prompt": [ids], "config", "max_new_tokens", "eos_token_id", "options"}``
     (``options``: extra ``generate`` keywords from :func:`processor_options`)."""
-    return st.fixed_dictionaries({
-        "prompt": prompts(tokens, as_tensor=False),
-        "config": config if config is not None else configs(),
-        "max_new_tokens": max_new_tokens(1, max_new),
-        "eos_token_id": eos if eos is not None else eos_ids(tokens),
-        "options": processor_options(),
-    })  # fmt: skip
+    return st.fixed_dictionaries(
+        {
+            "prompt": prompts(tokens, as_tensor=False),
+            "config": config if config is not None else configs(),
+            "max_new_tokens": max_new_tokens(1, max_new),
+            "eos_token_id": eos if eos is not None else eos_ids(tokens),
+            "options": processor_options(),
+        }
+    )

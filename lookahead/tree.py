@@ -35,7 +35,7 @@ class GuessTree:
     attend: np.ndarray
 
     @classmethod
-    def build(cls, chain: np.ndarray, base: int, cands: np.ndarray | None) -> "GuessTree":
+    def build(cls, chain: np.ndarray, base: int, cands: np.ndarray | None) -> GuessTree:
         if cands is None or cands.shape[0] == 0:
             cands = _NO_CANDS
         parts = kernels.merge_trie(chain, cands, cands.shape[0], base)

@@ -8,7 +8,7 @@ token, so a walk over k matching guesses appends k + 1 tokens (the last one is f
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -47,8 +47,8 @@ class GreedyRule:
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
         if self._preds is not None:
             # no processors: the raw row is what stopping criteria would see as scores
-            return Pick(self._preds[node], self._logits[node: node + 1], None)
-        raw = self._logits[node: node + 1].float()
+            return Pick(self._preds[node], self._logits[node : node + 1], None)
+        raw = self._logits[node : node + 1].float()
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
         return Pick(int(scores.argmax(-1)), raw, scores)
 
@@ -77,8 +77,9 @@ class SamplingRule:
     shape setting.
     """
 
-    def __init__(self, processors, generator: torch.Generator | None = None, noise: NoiseStream | None = None,
-                 row: int = 0):
+    def __init__(
+        self, processors, generator: torch.Generator | None = None, noise: NoiseStream | None = None, row: int = 0
+    ):
         self.processors = processors
         self.generator = generator
         self.noise = noise if noise is not None else NoiseStream(1, generator)
@@ -91,7 +92,7 @@ class SamplingRule:
 
     def report(self, node: int, sequence: torch.Tensor) -> Pick:
         """The raw and processed rows at ``node``, emitting nothing (no noise is read)."""
-        raw = self._logits[node: node + 1].float()
+        raw = self._logits[node : node + 1].float()
         scores = self.processors(sequence, raw.clone()) if self.processors else raw
         return Pick(-1, raw, scores)
 
@@ -116,7 +117,7 @@ def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]
     """
     kids = tree.children() if tree is not None else {}
     options: dict[int, list[int]] = {}
-    for (parent, token) in kids:
+    for parent, token in kids:
         options.setdefault(parent, []).append(token)
     node = 0
     while True:

@@ -62,4 +62,4 @@ class JacobiWindow:
         steps = min(steps, self.width - 1)
         if steps > 0:
             self.tokens[:, :-steps] = self.tokens[:, steps:]
-            self.tokens[:, -steps:] = self.tokens[:, -steps - 1: -steps]
+            self.tokens[:, -steps:] = self.tokens[:, -steps - 1 : -steps]

@@ -27,19 +27,23 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))  # tiny_models, strategies, ...
 
 # Every profile starts from Hypothesis' own defaults, not from whatever profile is loaded:
 # Hypothesis loads its built-in derandomized `ci` profile by itself whenever a `CI` variable
 # exists (even CI=false), and a profile registered without a parent would inherit that.
-_COMMON = dict(parent=settings.get_profile("default"), deadline=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_COMMON = dict(
+    parent=settings.get_profile("default"),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.register_profile("dev", max_examples=10, derandomize=False, **_COMMON)
 settings.register_profile("ci", max_examples=20, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("thorough", max_examples=200, derandomize=False, print_blob=True, **_COMMON)
 # benchmarks/mutation.sh: the ci examples without shrinking (a failure is all a mutant needs)
-settings.register_profile("mutation", max_examples=20, derandomize=True,
-                          phases=[Phase.explicit, Phase.reuse, Phase.generate], **_COMMON)
+settings.register_profile(
+    "mutation", max_examples=20, derandomize=True, phases=[Phase.explicit, Phase.reuse, Phase.generate], **_COMMON
+)
 
 
 def _default_profile() -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lookahead.bench import probes
+from lookahead.config import ENGINE_METHODS
 
 
 class MethodUnavailable(RuntimeError):
@@ -30,7 +31,7 @@ class Settings:
     top_p: float = 1.0
     seed: int = 0
     pad_token_id: int | None = None
-    shape: dict = field(default_factory=dict)  # LookaheadConfig fields given on the command line
+    config_fields: dict = field(default_factory=dict)  # LookaheadConfig fields given on the command line
     keep_pool: bool = False  # one n-gram pool per variant, carried from prompt to prompt
     state: dict = field(default_factory=dict)  # per-variant state shared by its copies (the kept pool)
     prompt_lookup_num_tokens: int = 10
@@ -64,7 +65,7 @@ class Settings:
     def lookahead_config(self, method: str):
         import lookahead
 
-        return lookahead.LookaheadConfig(method=method, **self.shape)
+        return lookahead.LookaheadConfig(method=method, **self.config_fields)
 
 
 @dataclass
@@ -211,7 +212,6 @@ METHODS = {
     "suffix": run_suffix,
     "suffix-global": run_suffix_global,
 }
-ENGINE_METHODS = ("lookahead", "jacobi")
 # seeded, these sample model.generate's own tokens (prompt lookup's speculative sampling does not)
 SEED_EXACT = ("greedy", "lookahead", "jacobi")
 SUFFIX_METHODS = ("suffix", "suffix-global")  # need benchmarks/build_suffix_decoding.sh
@@ -256,8 +256,9 @@ def measure(name: str, model, input_ids: torch.Tensor, settings: Settings) -> Ru
         result.prefill_s = probe.first_s if probe.forwards == stats.forwards else None
         return result
     if rows > 1:  # forwards counted once per row they ran, so tokens per forward stays per row
-        return RunResult(tokens, probe.forwards * rows, probe.forward_s, wall, None, None, peak,
-                         prefill_s=probe.first_s)
+        return RunResult(
+            tokens, probe.forwards * rows, probe.forward_s, wall, None, None, peak, prefill_s=probe.first_s
+        )
     return _from_probe(tokens, probe, prompt_len, wall, peak)
 
 

@@ -45,7 +45,8 @@ def bench_plot(doc: dict, path: str) -> None:
     _distribution(left, speedups or {"(none)": [0.0]}, "per-prompt wall speed-up vs greedy", 1.0, colors)
     _distribution(right, _per_method(doc, "tokens_per_forward"), "tokens per forward", 1.0, colors)
     cfg = doc["config"]
-    fig.suptitle(f"{cfg.get('model_name') or cfg.get('model')} · {cfg.get('dtype')} · {cfg.get('prompts')} · {cfg.get('max_new_tokens')} new tokens")
+    name = cfg.get("model_name") or cfg.get("model")
+    fig.suptitle(f"{name} · {cfg.get('dtype')} · {cfg.get('prompts')} · {cfg.get('max_new_tokens')} new tokens")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -35,7 +35,7 @@ class ForwardProbe:
         self._t0 = 0.0
         self._handles = []
 
-    def __enter__(self) -> "ForwardProbe":
+    def __enter__(self) -> ForwardProbe:
         self._handles = [
             self.model.register_forward_pre_hook(self._pre, with_kwargs=True),
             self.model.register_forward_hook(self._post),

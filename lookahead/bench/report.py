@@ -95,7 +95,9 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "prompts": len(rows),
         "forward_s": forward_s,
         "peak_mem_mb": max((r.peak_mem_mb for r in rows), default=None),
-        "forward_cost": _ratio(_mean_step_forward_s(records, label) or 0.0, _mean_step_forward_s(records, baseline) or 0.0),
+        "forward_cost": _ratio(
+            _mean_step_forward_s(records, label) or 0.0, _mean_step_forward_s(records, baseline) or 0.0
+        ),
         **_engine_extras(rows),
     }
 
@@ -187,7 +189,8 @@ def headline(config: dict) -> str:
     tp = f" · tensor parallel x{config['tp_size']}" if (config.get("tp_size") or 1) > 1 else ""
     tp += f" · batches of {config['batch_size']}" if (config.get("batch_size") or 1) > 1 else ""
     return (
-        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · {config.get('device')}{tp} · "
+        f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · "
+        f"{config.get('device')}{tp} · "
         f"{config.get('threads')} threads · {config.get('n_prompts')} x {config.get('prompts')} prompts · "
         f"{config.get('max_new_tokens')} new tokens · {mode}"
     )
@@ -229,10 +232,19 @@ def mismatch_lines(doc: dict) -> list[str]:
             firsts = [p for p in doc["prompts"] if p["method"] == label and p["first_mismatch"] is not None]
             where = ", ".join(f"{p['id']}@{p['first_mismatch']}{_gap(p)}" for p in firsts[:5])
             more = f" (+{len(firsts) - 5} more)" if len(firsts) > 5 else ""
-            lines.append(f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}")
-            if s.get("ties") == s["mismatches"]:
-                lines.append(f"  every one at a rounding tie: greedy's two best logits there were less than "
-                             f"{TIE_MARGIN:g} apart, which any change of forward shapes may break")
+            lines.append(
+                f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}"
+            )
+            if s.get("ties") == s["mismatches"] and (doc["config"].get("sample") or {}).get("do_sample"):
+                lines.append(
+                    f"  every one a rounding flip: the two tokens' values in the seeded sampling race were less "
+                    f"than {TIE_MARGIN:g} apart, which any change of forward shapes may break"
+                )
+            elif s.get("ties") == s["mismatches"]:
+                lines.append(
+                    f"  every one at a rounding tie: greedy's two best logits there were less than "
+                    f"{TIE_MARGIN:g} apart, which any change of forward shapes may break"
+                )
     return lines
 
 

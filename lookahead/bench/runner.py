@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from lookahead.bench import methods
 from lookahead.bench.prompts import Prompt
+from lookahead.exactness import first_difference
 from lookahead.race import TIE_GAP, race_gap
 
 WARMUP_TOKENS = 16
@@ -44,18 +45,26 @@ class Record:
     checked: bool = True  # compared with the baseline (sampling: only seed-exact methods are)
 
 
-def warm_up(model, input_ids: torch.Tensor, variants: list[Variant], skipped: dict[str, str],
-            attention_mask: torch.Tensor | None = None) -> None:
+def warm_up(
+    model,
+    input_ids: torch.Tensor,
+    variants: list[Variant],
+    skipped: dict[str, str],
+    attention_mask: torch.Tensor | None = None,
+) -> None:
     """One short run of each method: kernels, allocator and JIT-compiled code get ready.
 
     A method that cannot serve this model or request is noted in ``skipped`` (label -> reason).
     """
     seen: dict[tuple, str | None] = {}
     for variant in variants:
-        key = (variant.method, tuple(sorted(variant.settings.shape.items())))
+        key = (variant.method, tuple(sorted(variant.settings.config_fields.items())))
         if key not in seen:
-            short = replace(variant.settings, max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens),
-                            attention_mask=attention_mask)
+            short = replace(
+                variant.settings,
+                max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens),
+                attention_mask=attention_mask,
+            )
             try:
                 methods.measure(variant.method, model, input_ids, short)
                 seen[key] = None
@@ -100,8 +109,10 @@ def run(
         checked = {v.label for v in variants if not v.settings.do_sample or v.method in methods.SEED_EXACT}
         for i, (prompt_id, input_ids, mask) in enumerate(groups):
             runs = _round(model, prompt_id, input_ids, mask, variants, i, repeats, skipped, bar)
-            row = [Record(prompt_id, label, input_ids.shape[1], _median_run(rs), checked=label in checked)
-                   for label, rs in runs.items()]
+            row = [
+                Record(prompt_id, label, input_ids.shape[1], _median_run(rs), checked=label in checked)
+                for label, rs in runs.items()
+            ]
             if check_exact and baseline is not None:
                 _mark_mismatches(row, baseline, bar)
                 base = next((v.settings for v in variants if v.label == baseline), None)
@@ -115,8 +126,8 @@ def batches(prompts: list[Prompt], encoded: list[list[int]], size: int, pad: int
     left-padded with ``pad`` (a batch of one has no mask, as before batching)."""
     groups = []
     for start in range(0, len(encoded), size):
-        rows = encoded[start: start + size]
-        ids = [p.id for p in prompts[start: start + size]]
+        rows = encoded[start : start + size]
+        ids = [p.id for p in prompts[start : start + size]]
         name = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
         if len(rows) == 1:
             groups.append((name, torch.tensor(rows, dtype=torch.long, device=device), None))
@@ -153,14 +164,6 @@ def _median_run(results: list[methods.RunResult]) -> methods.RunResult:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first new token where ``a`` and ``b`` differ (a length difference counts)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:
     reference = next((r for r in row if r.label == baseline), None)
     if reference is None:
@@ -180,8 +183,15 @@ TIE_MARGIN = TIE_GAP  # logits (or race values) closer than this are a rounding 
 
 
 @torch.inference_mode()
-def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tensor, mask,
-                  settings: methods.Settings | None = None, index: int = 0) -> None:
+def _measure_ties(
+    model,
+    row: list[Record],
+    baseline: str,
+    input_ids: torch.Tensor,
+    mask,
+    settings: methods.Settings | None = None,
+    index: int = 0,
+) -> None:
     """Set ``tie_margin`` of each mismatched record at its first differing token, from one
     forward of that row's prompt and baseline tokens: greedy's top-2 logit gap, or (sampling)
     the race gap between the two tokens under the round's seed (``lookahead.race``)."""
@@ -194,15 +204,23 @@ def _measure_ties(model, row: list[Record], baseline: str, input_ids: torch.Tens
         if r >= input_ids.shape[0]:
             continue
         prompt = input_ids[r][mask[r].bool()] if mask is not None else input_ids[r]
-        done = reference.result.tokens[r * per_row: r * per_row + t]
+        done = reference.result.tokens[r * per_row : r * per_row + t]
         prefix = torch.cat([prompt, prompt.new_tensor(done)])
         if settings is not None and settings.do_sample:
             at = record.first_mismatch
             if at >= min(len(record.result.tokens), len(reference.result.tokens)):
                 continue  # one stopped where the other went on: no race to compare
             tokens = (reference.result.tokens[at], record.result.tokens[at])
-            record.tie_margin = race_gap(model, prefix, tokens, settings.seed + index, t,
-                                         rows=input_ids.shape[0], row=r, processors=settings.warpers())
+            record.tie_margin = race_gap(
+                model,
+                prefix,
+                tokens,
+                settings.seed + index,
+                t,
+                rows=input_ids.shape[0],
+                row=r,
+                processors=settings.warpers(),
+            )
             continue
         top = model(input_ids=prefix[None]).logits[0, -1].float().topk(2).values
         record.tie_margin = float(top[0] - top[1])

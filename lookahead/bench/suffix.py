@@ -32,11 +32,20 @@ MAX_CACHED_REQUESTS = 10000  # suffix_decoding_max_cached_requests: responses in
 
 # generate() settings that would change greedy's choices; the bare loop applies none of them
 _PROCESSOR_DEFAULTS = {
-    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
-    "begin_suppress_tokens": None, "min_length": 0, "min_new_tokens": None, "forced_bos_token_id": None,
-    "forced_eos_token_id": None, "sequence_bias": None, "encoder_repetition_penalty": 1.0,
-    "renormalize_logits": False, "stop_strings": None,
-}  # fmt: skip
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "sequence_bias": None,
+    "encoder_repetition_penalty": 1.0,
+    "renormalize_logits": False,
+    "stop_strings": None,
+}
 
 
 class DraftSource(Protocol):
@@ -92,7 +101,7 @@ class SuffixDrafter:
     def update(self, tokens: Sequence[int]) -> None:
         self.cache.add_active_response(self.request_id, list(tokens))
 
-    def __enter__(self) -> "SuffixDrafter":
+    def __enter__(self) -> SuffixDrafter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -154,8 +163,14 @@ class _Forward:
         return out.logits[0]
 
 
-def greedy_chain_decode(model, input_ids: torch.Tensor, drafter: DraftSource, max_new_tokens: int,
-                        eos_token_ids: frozenset[int] = frozenset(), stats=None) -> torch.Tensor:  # fmt: skip
+def greedy_chain_decode(
+    model,
+    input_ids: torch.Tensor,
+    drafter: DraftSource,
+    max_new_tokens: int,
+    eos_token_ids: frozenset[int] = frozenset(),
+    stats=None,
+) -> torch.Tensor:
     """Greedy decoding with chain drafts verified in one forward each; exact vs ``generate(do_sample=False)``.
 
     Args:

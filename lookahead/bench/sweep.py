@@ -40,8 +40,8 @@ def grid_variants(base: methods.Settings, windows, ngrams, guesses, method: str 
     """Greedy (the baseline) first, then one lookahead variant per valid grid point."""
     variants = [Variant(methods.BASELINE, methods.BASELINE, base)]
     for w, n, g in itertools.product(windows, ngrams, guesses):
-        shape = {**base.shape, "window": w, "ngram": n, "guesses": g}
-        settings = replace(base, shape=shape, state={})
+        fields = {**base.config_fields, "window": w, "ngram": n, "guesses": g}
+        settings = replace(base, config_fields=fields, state={})
         try:
             settings.lookahead_config(method)
         except (TypeError, ValueError):
@@ -57,7 +57,7 @@ def cells(doc: dict, variants: list[Variant]) -> list[dict]:
         if variant.label == methods.BASELINE:
             continue
         summary = doc["methods"][variant.label]
-        shape = {k: variant.settings.shape[k] for k in ("window", "ngram", "guesses")}
+        shape = {k: variant.settings.config_fields[k] for k in ("window", "ngram", "guesses")}
         out.append({**shape, "label": variant.label, **summary})
     return out
 

@@ -1,0 +1,156 @@
+"""The static cache: ``cache_implementation="static"`` decodes exactly as ``model.generate`` does
+with it, on full-length static layers, with every step padded to a bucket size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import CompileConfig
+from transformers.cache_utils import StaticCache, StaticLayer
+
+import lookahead
+from lookahead import testing
+from lookahead.static import StaticSteps, bucket_for, full_static_cache
+from strategies import eos_ids, max_new_tokens, prompts
+from test_batch import left_pad
+from tiny_models import CASES, tiny_model
+
+configs = testing.configs(max_window=6, max_ngram=5, max_guesses=6)
+
+
+def static_generate(model, ids, **kwargs):
+    return model.generate(ids, do_sample=False, cache_implementation="static", **kwargs)
+
+
+@given(
+    case=st.sampled_from(CASES),
+    ids=prompts,
+    config=configs,
+    new=max_new_tokens,
+    eos=eos_ids,
+    options=testing.processor_options(),
+)
+def test_equals_static_generate(case, ids, config, new, eos, options):
+    """Every family (sliding windows included, applied by position on full-length layers),
+    configs, EOS lists and processors: the tokens of ``generate``'s own static-cache decoding."""
+    model = tiny_model(*case)
+    kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0, attention_mask=torch.ones_like(ids), **options)
+    expected = static_generate(model, ids, **kwargs)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(
+        model, ids, lookahead_config=config, lookahead_stats=stats, cache_implementation="static", **kwargs
+    )
+    assert got.tolist() == expected.tolist()
+    assert stats.new_tokens == expected.shape[1] - ids.shape[1]
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_steps_run_at_bucket_sizes_on_a_full_length_static_cache(family):
+    """Every forward after the prefill feeds a bucket's number of tokens; the output carries
+    the static cache, every layer full length, with room for the widest bucket."""
+    model = tiny_model(family, "sdpa")
+    ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    config = lookahead.LookaheadConfig(window=2, ngram=3, adaptive=False, static_buckets=(1, 4, 8, 16, 48))
+    try:
+        stats = lookahead.LookaheadStats()
+        out = lookahead.generate(
+            model,
+            ids,
+            max_new_tokens=40,
+            eos_token_id=None,
+            pad_token_id=0,
+            cache_implementation="static",
+            lookahead_config=config,
+            lookahead_stats=stats,
+            return_dict_in_generate=True,
+        )
+    finally:
+        hook.remove()
+    cache = out.past_key_values
+    assert isinstance(cache, StaticCache) and all(type(layer) is StaticLayer for layer in cache.layers)
+    assert cache.layers[0].max_cache_len == ids.shape[1] + 40 + 48
+    steps = widths[1:]
+    assert len(steps) == stats.steps and set(steps) <= {1, 4, 8, 16, 48} and len(set(steps)) > 1
+    assert stats.tokens_per_forward > 1.5  # not vacuous: guesses held on repeating text
+
+
+def test_commit_moves_the_kept_entries_down_and_resets_the_counter():
+    """After a step over 5 tokens of which nodes 0, 2 and 4 are kept, the first L + 3 entries
+    are those of a plain forward over the committed text, and the counter is L + 3."""
+    model = tiny_model("llama", "sdpa")
+    text = [5, 6, 7, 8, 9, 10]
+    cache = full_static_cache(model, 32)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([text]), cache=cache, use_cache=True)
+        steps = StaticSteps(model, cache, buckets=(8,))
+        step = [11, 12, 13, 14, 15]  # 12 and 14 follow 11 and 13 in this step's (made-up) tree
+        allowed = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 0, 1, 1, 0], [1, 0, 1, 0, 1]])
+        offsets = torch.tensor([0, 1, 1, 2, 2])
+        keep = torch.cat([torch.ones(5, len(text), dtype=torch.bool), allowed.bool()], dim=1)
+        mask = torch.zeros(keep.shape).masked_fill_(~keep, torch.finfo(torch.float32).min)[None, None]
+        steps.forward(torch.tensor([step]), (len(text) + offsets)[None], mask, len(text))
+        steps.commit(len(text), [0, 2, 4])
+        committed = text + [11, 13, 15]
+        fresh = full_static_cache(model, 32)
+        model(input_ids=torch.tensor([committed]), cache=fresh, use_cache=True)
+    n = len(committed)
+    for got, want in zip(cache.layers, fresh.layers, strict=True):
+        assert int(got.cumulative_length) == n
+        torch.testing.assert_close(got.keys[:, :, :n], want.keys[:, :, :n], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got.values[:, :, :n], want.values[:, :, :n], rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
+    """With a ``CompileConfig`` that compiles on CPU, the steps run through ``generate``'s own
+    compiled forward: the warm-up after the prefill traces every bucket, decoding traces
+    nothing more, and a second call reuses it all. (``backend="eager"`` keeps the test fast: dynamo's
+    tracing and guards are what is tested, and the tokens must then equal eager ``generate``'s.)"""
+    from torch._dynamo.utils import counters
+
+    model = tiny_model("qwen2", "sdpa")
+    ids = torch.tensor([[3, 4, 5, 6, 7] * 3])
+    compile_config = CompileConfig(backend="eager")
+    compile_config._compile_all_devices = True
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    expected = static_generate(model, ids, **{k: v for k, v in kwargs.items() if k != "cache_implementation"})
+    config = lookahead.LookaheadConfig(window=2, ngram=3, guesses=2, adaptive=False, static_buckets=(1, 16))
+    torch._dynamo.reset()
+    counters.clear()
+    after_warm_up, real = [], StaticSteps.warm_up
+
+    def spy(self, *args):
+        real(self, *args)
+        after_warm_up.append((counters["stats"]["unique_graphs"], set(self.graphs)))
+
+    monkeypatch.setattr(StaticSteps, "warm_up", spy)
+    graphs = []
+    for _ in range(2):
+        got = lookahead.generate(model, ids, lookahead_config=config, compile_config=compile_config, **kwargs)
+        assert got.tolist() == expected.tolist()
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert after_warm_up[0][1] == {1, 16} and 2 <= after_warm_up[0][0] == graphs[0] == graphs[1]
+
+
+def test_a_batch_with_a_static_cache_warns_and_decodes_on_a_dynamic_one():
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad([[5, 6, 7, 8] * 3, [9, 4, 11]])
+    kwargs = dict(attention_mask=mask, max_new_tokens=16, eos_token_id=None, pad_token_id=0)
+    expected = static_generate(model, ids, **kwargs)
+    with pytest.warns(UserWarning, match="batches on a DynamicCache"):
+        got = lookahead.generate(model, ids, cache_implementation="static", **kwargs)
+    assert got.tolist() == expected.tolist()
+
+
+def test_bucket_for_and_bucket_validation():
+    assert [bucket_for(q, (1, 4, 16)) for q in (1, 2, 4, 5, 16, 17)] == [1, 4, 4, 16, 16, 17]
+    for bad in ((), (4, 1), (1, 1), [1, 4]):
+        with pytest.raises((ValueError, TypeError), match="static_buckets"):
+            lookahead.LookaheadConfig(static_buckets=bad)
+    with pytest.raises(ValueError, match="static_buckets item"):
+        lookahead.LookaheadConfig(static_buckets=(0, 4))

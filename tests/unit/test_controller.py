@@ -1,0 +1,107 @@
+"""The shape controller: expected tokens per unit of calibrated cost, no clocks."""
+
+from __future__ import annotations
+
+import torch
+
+import lookahead
+from lookahead.controller import COPY, FULL, LEAN, PLAIN, ShapeController
+from lookahead.costmodel import CostCurve
+
+from tiny_models import tiny_model
+
+# a forward over k tokens costs 1 + 0.1 (k - 1) one-token forwards
+CHEAP = CostCurve.linear(0.1)
+
+
+def run(controller, steps, outcome):
+    """Drive ``controller`` for ``steps`` steps; ``outcome[shape] = (accepted, fed)``."""
+    shapes = []
+    for _ in range(steps):
+        shape = controller.choose()
+        shapes.append(shape)
+        controller.record(shape, *outcome.get(shape, (1, 1)))
+    return shapes
+
+
+def test_rate_is_tokens_over_calibrated_cost():
+    controller = ShapeController(CHEAP)
+    for _ in range(30):
+        controller.record(LEAN, 3, 11)
+    assert controller.rate(PLAIN) == 1.0
+    assert abs(controller.rate(LEAN) - 3 / CHEAP(11)) < 1e-3  # the 2-token prior has all but faded
+
+
+def test_prefers_the_best_shape_and_keeps_exploring():
+    controller = ShapeController(CHEAP, explore_every=6)
+    shapes = run(controller, 80, {FULL: (1, 21), LEAN: (2, 5)})
+    assert shapes[:4] == [FULL, FULL, LEAN, LEAN]
+    tail = shapes[10:]
+    assert tail.count(LEAN) > 0.8 * len(tail)
+    assert FULL in tail  # still tried now and then
+    assert PLAIN not in tail  # 2 tokens for 1.4 units beats plain's 1 for 1
+    assert controller.rate(LEAN) > controller.rate(PLAIN) > controller.rate(FULL)
+
+
+def test_where_nothing_holds_decoding_is_plain_and_tries_get_rarer():
+    controller = ShapeController(CHEAP, explore_every=6)
+    shapes = run(controller, 400, {FULL: (1, 21), LEAN: (1, 5)})
+    first, last = shapes[20:120], shapes[300:400]
+    assert first.count(PLAIN) > 0.7 * len(first)
+    tries = lambda part: sum(shape != PLAIN for shape in part)  # noqa: E731
+    assert tries(last) < tries(first)
+    assert tries(last) >= 1  # never gives up entirely
+
+
+def test_window_wins_back_when_it_pays_again():
+    controller = ShapeController(CHEAP, explore_every=12)
+    run(controller, 20, {FULL: (1, 21), LEAN: (1, 3)})
+    shapes = run(controller, 120, {FULL: (6, 21), LEAN: (1, 3)})
+    assert shapes[-40:].count(FULL) >= 30
+
+
+def test_decisions_depend_on_tokens_only():
+    """Same token counts, same choices: what lets distributed ranks agree without talking."""
+    outcome = {FULL: (2, 17), LEAN: (3, 9)}
+    assert run(ShapeController(CHEAP), 100, outcome) == run(ShapeController(CHEAP), 100, outcome)
+
+
+def test_not_adaptive_is_always_full():
+    controller = ShapeController(CHEAP, adaptive=False)
+    assert set(run(controller, 10, {FULL: (1, 30), LEAN: (9, 2)})) == {FULL}
+
+
+def test_cost_curve_interpolates_and_extrapolates():
+    curve = CostCurve.from_times((1, 4, 8), (0.01, 0.02, 0.015))  # noise: 8 measured below 4
+    assert curve.costs == (1.0, 2.0, 2.0) and curve.unit_s == 0.01
+    assert curve(1) == 1.0 and abs(curve(2.5) - 1.5) < 1e-9 and curve(16) == 2.0
+    assert CostCurve.from_dict(curve.as_dict()) == curve
+
+
+def test_random_prompt_backs_off_and_stays_exact():
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[7, 30, 12, 41, 3, 19, 25, 8, 44, 16]])
+    kwargs = dict(max_new_tokens=48, eos_token_id=None, pad_token_id=0)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CHEAP, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    # steps without the window: the copy and lean shapes are tried before it (it waits for
+    # its first exploration, 24 steps)
+    assert stats.lean_steps == stats.steps and stats.copy_steps > 0
+
+
+def test_copy_shape_is_tried_first_and_wins_where_the_copy_alone_pays():
+    """With the copy shape on: one first try of the copy and lean shapes, cheapest first, the
+    window only when its exploration comes; a copy guess that holds for little fed beats a
+    bigger tree that holds a bit more, and the trees are still re-tried."""
+    controller = ShapeController(CostCurve.linear(0.2), copy_shape=True)
+    shapes = run(controller, 120, {COPY: (3, 5), LEAN: (3.5, 12), FULL: (4, 25)})
+    assert shapes[:2] == [COPY, LEAN] and FULL not in shapes[:20] and FULL in shapes
+    tail = shapes[40:]
+    assert tail.count(COPY) > 0.8 * len(tail) and LEAN in tail and PLAIN not in tail
+    assert controller.best() == COPY
+
+
+def test_without_the_copy_shape_it_never_runs():
+    controller = ShapeController(CostCurve.linear(0.2))
+    assert COPY not in run(controller, 60, {LEAN: (3, 5)})

@@ -1,0 +1,178 @@
+"""The n-gram pool (``lookahead.pool.NgramPool``): against a dict-of-deques reference model,
+bounded in memory, saved and loaded, and kept across requests (its history is copied from by
+later requests).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import lookahead
+from lookahead.pool import NgramPool
+from lookahead.successors import SuccessorTable
+
+from tiny_models import VOCAB, tiny_model
+
+small_tokens = st.integers(0, 7)
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """With room for every key, the pool is exactly a dict of LRU deques of length G,
+    keyed by the token and, with two-token contexts, by the (before, token) pair too."""
+
+    @initialize(ngram=st.integers(2, 5), guesses=st.integers(1, 4), context=st.sampled_from([1, 2]))
+    def setup(self, ngram, guesses, context):
+        self.pool = NgramPool(ngram, guesses, capacity=1 << 12, context_tokens=context)
+        self.ref: dict = {}
+        self.ngram, self.guesses, self.context = ngram, guesses, context
+
+    def _file(self, key, cont):
+        held = self.ref.setdefault(key, deque(maxlen=self.guesses))
+        if cont in held:
+            held.remove(cont)
+        held.append(cont)
+
+    @rule(data=st.data())
+    def insert(self, data):
+        rows = data.draw(
+            st.lists(st.lists(small_tokens, min_size=self.ngram, max_size=self.ngram), min_size=1, max_size=6)
+        )
+        before = data.draw(st.lists(st.integers(-1, 7), min_size=len(rows), max_size=len(rows)))
+        self.pool.insert(np.array(rows, dtype=np.int64), np.array(before, dtype=np.int64))
+        if self.context == 2:
+            for row, b in zip(rows, before):
+                if b >= 0:
+                    self._file((b, row[0]), tuple(row[1:]))
+        for row in rows:
+            self._file(row[0], tuple(row[1:]))
+
+    @precondition(lambda self: hasattr(self, "pool"))
+    @rule(key=small_tokens, before=st.integers(-1, 7))
+    def lookup(self, key, before):
+        got = [tuple(r) for r in self.pool.lookup(key, before).tolist()]
+        expected = []
+        pair = list(reversed(self.ref.get((before, key), ()))) if self.context == 2 and before >= 0 else []
+        for cont in pair + list(reversed(self.ref.get(key, ()))):
+            if cont not in expected and len(expected) < self.guesses:
+                expected.append(cont)
+        assert got == expected
+
+    @precondition(lambda self: hasattr(self, "pool"))
+    @invariant()
+    def same_keys(self):
+        assert len(self.pool) == len(self.ref)
+
+
+TestPoolMachine = PoolMachine.TestCase
+
+
+@given(
+    ngram=st.integers(2, 4),
+    guesses=st.integers(1, 3),
+    rows=st.lists(st.lists(st.integers(0, 500), min_size=4, max_size=4), min_size=1, max_size=200),
+)
+def test_tiny_capacity_bounds_memory_and_returns_only_inserted(ngram, guesses, rows):
+    pool = NgramPool(ngram, guesses, capacity=8)
+    arr = np.array(rows, dtype=np.int64)[:, :ngram]
+    pool.insert(arr)
+    assert len(pool) <= pool.capacity == 8
+    seen: dict[int, set] = {}
+    for row in arr.tolist():
+        seen.setdefault(row[0], set()).add(tuple(row[1:]))
+    for key in seen:
+        got = pool.lookup(key)
+        assert got.shape[0] <= guesses
+        assert {tuple(r) for r in got.tolist()} <= seen[key]
+    # the newest n-gram always survives its own insertion
+    last = arr[-1].tolist()
+    assert tuple(pool.lookup(last[0])[0].tolist()) == tuple(last[1:])
+
+
+def test_zero_guesses_pool_is_empty():
+    pool = NgramPool(3, 0)
+    pool.insert(np.array([[1, 2, 3]], dtype=np.int64))
+    assert pool.lookup(1).shape == (0, 2)
+
+
+def test_pool_saved_and_loaded_answers_the_same(tmp_path):
+    pool = NgramPool(4, 3, capacity=64, context_tokens=2)
+    rng = np.random.default_rng(0)
+    pool.insert_text(rng.integers(0, 12, size=200).astype(np.int64))
+    pool.save(tmp_path / "pool.npz")
+    again = NgramPool.load(tmp_path / "pool.npz")
+    assert (again.ngram, again.guesses, again.context_tokens, again.capacity) == (4, 3, 2, 64)
+    for key in range(12):
+        for before in (-1, 3):
+            assert again.lookup(key, before).tolist() == pool.lookup(key, before).tolist()
+
+
+def test_loading_a_foreign_archive_is_a_clear_error(tmp_path):
+    NgramPool(4, 3, capacity=64).save(tmp_path / "a.npz")
+    data = dict(np.load(tmp_path / "a.npz"))
+    data["conts"] = data["conts"][:, :1]
+    np.savez(tmp_path / "b.npz", **data)
+    with pytest.raises(ValueError, match="conts"):
+        NgramPool.load(tmp_path / "b.npz")
+
+
+def test_vocab_bound_ignores_out_of_range_tokens():
+    table = SuccessorTable(VOCAB, 2, 3)
+    table.update(torch.tensor([VOCAB + 5, -1]), torch.randn(2, VOCAB))
+    assert table.guesses(0).shape == (0, 3)
+
+
+def test_history_is_bounded_and_saved(tmp_path):
+    pool = lookahead.NgramPool(3, 2, history=10)
+    pool.remember(np.arange(3, 9))
+    pool.remember(np.array([20, 21, 22]))
+    assert pool.history.tolist() == [4, 5, 6, 7, 8, -1, 20, 21, 22, -1]
+    pool.save(tmp_path / "p.npz")
+    loaded = lookahead.NgramPool.load(tmp_path / "p.npz")
+    assert loaded.history.tolist() == pool.history.tolist() and loaded.history_capacity == 10
+    assert lookahead.NgramPool(3, 2, history=0).history.shape == (0,)
+
+
+def test_a_kept_pool_copies_from_the_previous_request():
+    """The second request repeats the first one's text: with the pool kept, its copy guesses
+    come from the history (more tokens per forward), and the output stays greedy's."""
+    model = tiny_model("llama", "sdpa")
+    first = torch.tensor([[5, 9, 14, 7, 22, 31, 40, 11, 3, 17, 29, 8]])
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    greedy_first = model.generate(first, do_sample=False, **kwargs)
+    second = greedy_first[:, 4 : 12 + 6]  # starts inside the first text, so only history can copy on
+    config = lookahead.LookaheadConfig(window=0, successors=0, prompt_ngrams=False, adaptive=False)
+    pool = lookahead.NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+    lookahead.generate(model, first, lookahead_config=config, lookahead_pool=pool, **kwargs)
+    assert pool.history.shape[0] == greedy_first.shape[1] + 1
+    cold, warm = lookahead.LookaheadStats(), lookahead.LookaheadStats()
+    expected = model.generate(second, do_sample=False, **kwargs)
+    got = lookahead.generate(model, second, lookahead_config=config, lookahead_stats=cold, **kwargs)
+    assert got.tolist() == expected.tolist()
+    got = lookahead.generate(
+        model, second, lookahead_config=config, lookahead_pool=pool, lookahead_stats=warm, **kwargs
+    )
+    assert got.tolist() == expected.tolist()
+    assert warm.source_tokens.get("copy", 0) > cold.source_tokens.get("copy", 0)
+    assert warm.tokens_per_forward > cold.tokens_per_forward
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(ngram=1, guesses=2), ValueError, "ngram must be >= 2, got 1"),
+        (dict(ngram=5, guesses=-1), ValueError, "guesses must be >= 0, got -1"),
+        (dict(ngram="5", guesses=2), TypeError, "ngram must be an int, got str"),
+        (dict(ngram=5, guesses=2, capacity=0), ValueError, "capacity must be >= 1, got 0"),
+        (dict(ngram=5, guesses=2, context_tokens=3), ValueError, "context_tokens must be 1 or 2"),
+    ],
+)
+def test_bad_pool_arguments_are_clear_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        NgramPool(**kwargs)

@@ -1,0 +1,69 @@
+"""Recycled successors (``SuccessorTable``): the top-k next tokens the model predicted at every
+fed token, against a dict; guesses grown from them keep greedy decoding exact, and alone they
+compress a repeating text.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import lookahead
+from lookahead.successors import SuccessorTable
+
+from strategies import eos_ids, max_new_tokens, prompts
+from tiny_models import tiny_model
+
+small = st.integers(0, 7)
+
+
+@given(
+    feeds=st.lists(st.tuples(st.lists(small, min_size=1, max_size=6), st.integers(0, 1000)), max_size=8),
+    root=small,
+    k=st.integers(1, 3),
+    length=st.integers(1, 5),
+)
+def test_successor_table_against_a_dict(feeds, root, k, length):
+    """The table keeps each token's newest top-k; rows follow first successors from there."""
+    table = SuccessorTable(8, k, length)
+    latest: dict[int, list[int]] = {}
+    for fed, seed in feeds:
+        logits = torch.randn(len(fed), 8, generator=torch.Generator().manual_seed(seed))
+        table.update(torch.tensor(fed), logits)
+        top = logits.topk(k, dim=-1).indices.tolist()
+        for token, row in zip(fed, top):
+            latest[token] = row
+    rows = []
+    for first in latest.get(root, []):
+        row, cur = [], first
+        while len(row) < length:
+            row.append(cur)
+            if cur not in latest:
+                break
+            cur = latest[cur][0]
+        rows.append(row + [-1] * (length - len(row)))
+    assert table.guesses(root).tolist() == rows
+
+
+@pytest.mark.parametrize("family,backend", [("llama", "sdpa"), ("mistral", "eager"), ("gpt2", "sdpa")])
+@given(ids=prompts, new=max_new_tokens, eos=eos_ids, k=st.integers(1, 4), window=st.integers(0, 4))
+def test_successor_guesses_keep_greedy_exact(family, backend, ids, new, eos, k, window):
+    model = tiny_model(family, backend)
+    kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
+    config = lookahead.LookaheadConfig(window=window, successors=k, adaptive=False)
+    got = lookahead.generate(model, ids, lookahead_config=config, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+
+
+def test_successors_alone_compress_a_repeating_text():
+    """With every other source off, recycled predictions still accept several tokens."""
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
+    kwargs = dict(max_new_tokens=60, eos_token_id=None, pad_token_id=0)
+    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, successors=2, adaptive=False)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert stats.tokens_per_forward > 1.5
