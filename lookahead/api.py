@@ -18,7 +18,7 @@ from lookahead.costmodel import CostCurve, cost_curve
 from lookahead.decode import lookahead_decode
 from lookahead.noise import NoiseStream
 from lookahead.pool import NgramPool
-from lookahead.static import StaticSteps, full_static_cache
+from lookahead.static import StaticSteps, reusable_static_cache
 from lookahead.stats import LookaheadStats
 from lookahead.support import Unsupported, check_model, check_request
 from lookahead.verify import GreedyRule, SamplingRule
@@ -231,7 +231,6 @@ def custom_generate(
         )
     if cache is None:  # generate makes none for a config with use_cache=False; decoding needs one
         model_kwargs["cache"] = DynamicCache(config=model.config)
-    static = _static_steps(model, input_ids, model_kwargs, generation_config, config)
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     if generation_config.do_sample:
@@ -240,6 +239,9 @@ def custom_generate(
     else:
         rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
     costs = _costs(model, config, lookahead_costs, input_ids.shape[0])
+    static = _static_steps(model, input_ids, model_kwargs, generation_config, config)
+    if static is not None and costs is not None:
+        costs = costs.bucketed(static.buckets)  # a step costs its padded size
     if input_ids.shape[0] > 1:
         sequences, scores, logits = batch_decode(
             model,
@@ -289,7 +291,8 @@ def _static_steps(model, input_ids, model_kwargs: dict, generation_config, confi
 
     The cache ``generate`` made holds ``max_length`` entries and sliding layers as ring buffers;
     lookahead replaces it by one with room for its widest step and full-length layers
-    (lookahead.static), which ``model_kwargs["cache"]`` then holds.
+    (lookahead.static), kept on the model for later calls as ``generate`` keeps its own (same
+    shapes, so no recompilation), and ``model_kwargs["cache"]`` then holds it.
     """
     given = model_kwargs.get("cache")
     if not isinstance(given, StaticCache):
@@ -302,7 +305,8 @@ def _static_steps(model, input_ids, model_kwargs: dict, generation_config, confi
         )
         model_kwargs["cache"] = DynamicCache(config=model.config)
         return None
-    cache = full_static_cache(model, generation_config.max_length + max(config.static_buckets))
+    longest = max(generation_config.max_length, generation_config.max_cache_len or 0)  # sized as generate sizes
+    cache = reusable_static_cache(model, longest + max(config.static_buckets))
     model_kwargs["cache"] = cache
     compiled = None
     if model._valid_auto_compile_criteria({"cache": cache}, generation_config):

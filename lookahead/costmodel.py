@@ -84,6 +84,19 @@ class CostCurve:
         slope = (costs[-1] - costs[-2]) / (sizes[-1] - sizes[-2])
         return costs[-1] + slope * (k - sizes[-1])
 
+    def bucketed(self, buckets: tuple[int, ...]) -> CostCurve:
+        """The cost of steps padded to ``buckets`` (increasing): k tokens cost what the smallest
+        bucket holding them costs; past the largest, what this curve says."""
+        sizes, costs = [1], [1.0]
+        for lower, upper in zip((1, *buckets), buckets):
+            if upper > lower:
+                sizes += [lower + 1] + ([upper] if upper > lower + 1 else [])
+                costs += [self(upper)] * (len(sizes) - len(costs))
+        tail = buckets[-1] + 1
+        sizes.append(tail)
+        costs.append(self(tail))
+        return CostCurve(tuple(sizes), tuple(costs), self.unit_s)
+
     def seconds_in_units(self, seconds: float) -> float:
         """``seconds`` in one-token forwards (0.0 when the unit is unknown)."""
         return seconds / self.unit_s if self.unit_s > 0 else 0.0

@@ -167,9 +167,11 @@ class Decoder:
     def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
         last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        if self.static is None:
+            check_cache(self.cache)  # before the prefill's work: a cache it cannot roll back is refused at once
         logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids, **last_only)
         if self.static is None:
-            check_cache(self.cache)
+            check_cache(self.cache)  # the layers a lazily built cache made in the prefill
             prepare_cache(self.cache)
         real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
         self.past_keep = real

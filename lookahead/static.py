@@ -38,6 +38,31 @@ def full_static_cache(model, max_len: int) -> StaticCache:
     return cache
 
 
+ROUND = 256  # cache lengths are rounded up to this, so requests of similar lengths share shapes
+
+
+def reusable_static_cache(model, need: int) -> StaticCache:
+    """The model's lookahead cache from an earlier call, emptied, when it holds ``need`` entries
+    and matches the model's dtype and device; else a new one of ``need`` rounded up to ``ROUND``,
+    kept on the model (``model._lookahead_cache``) as ``generate`` keeps its own ``_cache``: a
+    compiled forward is specialised to the cache's shape, so a new shape means new graphs."""
+    cache = getattr(model, "_lookahead_cache", None)
+    param = next(model.parameters())
+    if cache is not None and cache.layers[0].max_cache_len >= need and _fits(cache, param):
+        for layer in cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(0)  # stale entries stay: every step's mask hides them
+        return cache
+    cache = full_static_cache(model, -(-need // ROUND) * ROUND)
+    model._lookahead_cache = cache
+    return cache
+
+
+def _fits(cache: StaticCache, param: torch.Tensor) -> bool:
+    layer = cache.layers[0]
+    return not layer.is_initialized or (layer.keys.dtype == param.dtype and layer.keys.device == param.device)
+
+
 def bucket_for(q: int, buckets: tuple[int, ...]) -> int:
     """The smallest bucket holding q tokens, or q itself past the largest (run uncompiled)."""
     return next((b for b in buckets if b >= q), q)
@@ -61,6 +86,8 @@ class StaticSteps:
         self.buckets = tuple(sorted(buckets))
         self.max_len = cache.layers[0].max_cache_len
         self.graphs: set[int] = set()  # the bucket sizes run through the compiled forward
+        # buckets already traced for this cache's shapes (kept with the cache across calls)
+        self.warm: set[int] = cache.__dict__.setdefault("_lookahead_warm", set())
         self.warmup_s = 0.0
 
     def room(self, past_len: int) -> int:
@@ -124,15 +151,15 @@ class StaticSteps:
             layer.cumulative_length.fill_(past_len + k)
 
     def warm_up(self, root: torch.Tensor, position: int, past_len: int, groups: dict, dtype, device) -> None:
-        """Compile every bucket now (a step of filler alone, then rolled back), so that no
-        decoding step waits for a compile; ``warmup_s`` is what it took. ``groups``: the
+        """Compile every bucket not yet traced for this cache now (a step of filler alone, then
+        rolled back), so that no decoding step waits for a compile; ``warmup_s`` is what it took. ``groups``: the
         attention kinds (a mask per kind for hybrid models)."""
         if self.compiled is None:
             return
         started = time.perf_counter()
         blocked = torch.finfo(dtype).min
         for b in self.buckets:
-            if past_len + b > self.max_len:
+            if past_len + b > self.max_len or b in self.warm:
                 continue
             mask = torch.full((1, 1, b, self.max_len), blocked, dtype=dtype, device=device)
             steps = torch.arange(b, device=device)
@@ -150,6 +177,7 @@ class StaticSteps:
                 return_dict=True,
             )
             self.graphs.add(b)
+            self.warm.add(b)
             for layer in self.cache.layers:
                 layer.cumulative_length.fill_(past_len)
         self.warmup_s += time.perf_counter() - started

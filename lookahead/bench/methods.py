@@ -21,6 +21,18 @@ class MethodUnavailable(RuntimeError):
     """The method cannot run in this installation (e.g. the engine is missing)."""
 
 
+def _compile_config():
+    """generate's own compile settings, also on CPU (where generate compiles only when told)."""
+    from transformers import CompileConfig
+
+    config = CompileConfig()
+    config._compile_all_devices = True
+    return config
+
+
+COMPILE = _compile_config()  # one object: generate recompiles when its compile config changes
+
+
 @dataclass
 class Settings:
     """What every method is asked to do for one prompt (the same for all of them)."""
@@ -37,6 +49,8 @@ class Settings:
     prompt_lookup_num_tokens: int = 10
     max_matching_ngram_size: int = 2
     attention_mask: torch.Tensor | None = None  # a left-padded batch's (the runner sets it per batch)
+    compile: bool = False  # static cache and a compiled forward (generate's fast path) for every method
+    max_cache_len: int | None = None  # with compile: one cache length for all prompts, so no recompiling
 
     def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
         mask = self.attention_mask if self.attention_mask is not None else torch.ones_like(input_ids)
@@ -49,6 +63,8 @@ class Settings:
             kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
         if self.pad_token_id is not None:
             kwargs["pad_token_id"] = self.pad_token_id
+        if self.compile:
+            kwargs.update(cache_implementation="static", compile_config=COMPILE, max_cache_len=self.max_cache_len)
         return kwargs
 
     def warpers(self):
@@ -98,6 +114,8 @@ def _single(name: str, input_ids: torch.Tensor) -> None:
 
 def run_prompt_lookup(model, input_ids, settings: Settings):
     _single("prompt-lookup", input_ids)
+    if settings.compile:
+        raise MethodUnavailable("prompt-lookup: transformers' assisted generation has no static-cache path")
     kwargs = settings.generate_kwargs(input_ids)
     kwargs["prompt_lookup_num_tokens"] = settings.prompt_lookup_num_tokens
     kwargs["max_matching_ngram_size"] = settings.max_matching_ngram_size
@@ -182,6 +200,8 @@ def _run_suffix(model, input_ids, settings: Settings, name: str):
     if reason is not None:
         raise MethodUnavailable(f"{name}: {reason}")
     _single(name, input_ids)
+    if settings.compile:
+        raise MethodUnavailable(f"{name}: its bare verify loop runs on a DynamicCache, uncompiled")
     if settings.do_sample:
         raise MethodUnavailable(f"{name}: greedy only (its chain verify keeps the model's argmax)")
     try:

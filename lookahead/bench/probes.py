@@ -36,9 +36,11 @@ class ForwardProbe:
         self._handles = []
 
     def __enter__(self) -> ForwardProbe:
+        # kept out of a compiled forward (bench --compile): traced, the hooks' Python state would
+        # be guarded on and recompiled at every call until dynamo gives up and runs eagerly
         self._handles = [
-            self.model.register_forward_pre_hook(self._pre, with_kwargs=True),
-            self.model.register_forward_hook(self._post),
+            self.model.register_forward_pre_hook(torch.compiler.disable(self._pre), with_kwargs=True),
+            self.model.register_forward_hook(torch.compiler.disable(self._post)),
         ]
         return self
 

@@ -188,6 +188,7 @@ def headline(config: dict) -> str:
     size = f" ({params / 1e6:.1f}M params)" if params else ""
     tp = f" · tensor parallel x{config['tp_size']}" if (config.get("tp_size") or 1) > 1 else ""
     tp += f" · batches of {config['batch_size']}" if (config.get("batch_size") or 1) > 1 else ""
+    tp += " · static cache, compiled" if config.get("compile") else ""
     return (
         f"{config.get('model_name') or config.get('model')}{size} · {config.get('dtype')} · "
         f"{config.get('device')}{tp} · "

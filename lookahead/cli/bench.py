@@ -85,6 +85,12 @@ def harness_options(p, limit: int, max_new: int) -> None:
         help="run each prompt's round R times; keep each method's median-time run (default: %(default)s)",
     )
     g.add_argument("--no-warmup", action="store_true", help="skip the warm-up run of each method")
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="every method on a static cache with a compiled forward, transformers' fast path (greedy = "
+        "model.generate(cache_implementation='static') compiled); the warm-up compiles every step size",
+    )
     g = p.add_argument_group("output")
     options.json_option(g, "write the full per-prompt record as JSON (see docs/bench.md)")
     options.strict_option(g)
@@ -131,6 +137,9 @@ def setup(args):
         seed=args.seed,
         pad_token_id=loading.pad_token_id(model, tokenizer),
         keep_pool=args.keep_pool,
+        compile=args.compile,
+        # one cache length for every prompt: a compiled forward is specialised to it
+        max_cache_len=max(len(e) for e in encoded) + args.max_new_tokens if args.compile else None,
     )
     return model, chosen, encoded, settings
 
@@ -176,6 +185,7 @@ def run_config(args, model, chosen, encoded, labels, lookahead_fields: dict) -> 
         },
         "sample": {"do_sample": args.sample, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
         "warmup": not args.no_warmup,
+        "compile": args.compile,
         "keep_pool": args.keep_pool,
         "repeats": args.repeats,
         "versions": versions(),

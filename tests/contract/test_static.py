@@ -7,14 +7,15 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from test_batch import left_pad
 from transformers import CompileConfig
 from transformers.cache_utils import StaticCache, StaticLayer
 
 import lookahead
 from lookahead import testing
-from lookahead.static import StaticSteps, bucket_for, full_static_cache
+from lookahead.static import ROUND, StaticSteps, bucket_for, full_static_cache
+
 from strategies import eos_ids, max_new_tokens, prompts
-from test_batch import left_pad
 from tiny_models import CASES, tiny_model
 
 configs = testing.configs(max_window=6, max_ngram=5, max_guesses=6)
@@ -74,7 +75,7 @@ def test_steps_run_at_bucket_sizes_on_a_full_length_static_cache(family):
         hook.remove()
     cache = out.past_key_values
     assert isinstance(cache, StaticCache) and all(type(layer) is StaticLayer for layer in cache.layers)
-    assert cache.layers[0].max_cache_len == ids.shape[1] + 40 + 48
+    assert cache.layers[0].max_cache_len >= ids.shape[1] + 40 + 48 and cache.layers[0].max_cache_len % ROUND == 0
     steps = widths[1:]
     assert len(steps) == stats.steps and set(steps) <= {1, 4, 8, 16, 48} and len(set(steps)) > 1
     assert stats.tokens_per_forward > 1.5  # not vacuous: guesses held on repeating text
@@ -122,6 +123,7 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
     config = lookahead.LookaheadConfig(window=2, ngram=3, guesses=2, adaptive=False, static_buckets=(1, 16))
     torch._dynamo.reset()
     counters.clear()
+    model.__dict__.pop("_lookahead_cache", None)  # a cache of earlier tests on this model: its buckets are traced
     after_warm_up, real = [], StaticSteps.warm_up
 
     def spy(self, *args):
@@ -135,6 +137,25 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
         assert got.tolist() == expected.tolist()
         graphs.append(counters["stats"]["unique_graphs"])
     assert after_warm_up[0][1] == {1, 16} and 2 <= after_warm_up[0][0] == graphs[0] == graphs[1]
+    assert after_warm_up[1][1] == set()  # the second call found its cache and its buckets traced
+
+
+def test_a_later_call_reuses_the_cache_when_it_is_long_enough():
+    model = tiny_model("llama", "sdpa")
+    model.__dict__.pop("_lookahead_cache", None)
+    kwargs = dict(eos_token_id=None, pad_token_id=0, cache_implementation="static", return_dict_in_generate=True)
+    short, long_ = torch.tensor([[5, 6, 7] * 3]), torch.tensor([[5, 6, 7] * 100])
+    first = lookahead.generate(model, short, max_new_tokens=20, **kwargs).past_key_values
+    second = lookahead.generate(model, short, max_new_tokens=30, **kwargs)
+    assert second.past_key_values is first  # emptied and reused: the same shapes, no new graphs
+    assert (
+        second.sequences.tolist()
+        == static_generate(model, short, max_new_tokens=30, eos_token_id=None, pad_token_id=0).tolist()
+    )
+    third = lookahead.generate(model, long_, max_new_tokens=20, **kwargs).past_key_values
+    assert third is not first and third.layers[0].max_cache_len >= 300 + 20 + max(
+        lookahead.LookaheadConfig().static_buckets
+    )
 
 
 def test_a_batch_with_a_static_cache_warns_and_decodes_on_a_dynamic_one():
@@ -154,3 +175,12 @@ def test_bucket_for_and_bucket_validation():
             lookahead.LookaheadConfig(static_buckets=bad)
     with pytest.raises(ValueError, match="static_buckets item"):
         lookahead.LookaheadConfig(static_buckets=(0, 4))
+
+
+def test_a_bucketed_curve_prices_a_step_at_its_padded_size():
+    from lookahead.costmodel import CostCurve
+
+    curve = CostCurve.linear(0.1)
+    padded = curve.bucketed((1, 4, 16))
+    assert [padded(k) for k in (1, 2, 4)] == [1.0, curve(4), curve(4)]
+    assert padded(5) == padded(16) == curve(16) and padded(17) == curve(17)
