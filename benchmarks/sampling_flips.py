@@ -56,7 +56,9 @@ def main(argv=None) -> int:
         expected = model.generate(ids, **kwargs)[0, ids.shape[1] :].tolist()
         stats = lookahead.LookaheadStats()
         torch.manual_seed(seed)
-        got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)[0, ids.shape[1] :].tolist()
+        config = lookahead.LookaheadConfig(adaptive=not args.fixed)
+        got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+        got = got[0, ids.shape[1] :].tolist()
         tokens += len(expected)
         tokens_per_forward.append(stats.tokens_per_forward)
         first = next((t for t, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
@@ -72,6 +74,7 @@ def main(argv=None) -> int:
     differ = [r for r in records if not r["equal"]]
     flips = [r for r in differ if r.get("flip")]
     summary = {
+        "adaptive": not args.fixed,
         "prompts": len(records),
         "tokens": tokens,
         "equal": len(records) - len(differ),

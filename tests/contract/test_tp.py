@@ -156,6 +156,13 @@ def test_seeded_sampling_gives_the_same_tokens_on_every_rank(ranks, family, path
     assert first["rng_after"] == second["rng_after"], "the ranks consumed the global RNG differently"
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_seeded_sampling_gives_seeded_generates_tokens_on_every_rank(ranks, family):
+    for data in ranks:
+        tokens = data["families"][family]
+        assert tokens["sampled"] == tokens["sampled_reference"]
+
+
 def test_every_rank_prices_shapes_with_the_stored_rank0_curve(ranks):
     stored = json.loads((ranks[0]["cache"] / "lookahead" / "costs.json").read_text())
     assert len(stored) == len(FAMILIES)  # measured once per model (the bench's llama reused it)

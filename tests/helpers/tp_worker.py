@@ -59,6 +59,8 @@ def check_family(model) -> dict:
     greedy, lengths = _query_lengths(model, lambda: lookahead.generate(model, ids, lookahead_stats=stats, **COMMON))
     custom = model.generate(ids, do_sample=False, custom_generate=lookahead.custom_generate, **COMMON)
     torch.manual_seed(1234)
+    sampled_reference = model.generate(ids, do_sample=True, top_k=0, **COMMON)
+    torch.manual_seed(1234)
     sampled = lookahead.generate(model, ids, do_sample=True, top_k=0, **COMMON)
     generator = torch.Generator().manual_seed(99)
     sampled_custom = model.generate(
@@ -72,6 +74,7 @@ def check_family(model) -> dict:
         "greedy": _tokens(greedy, n),
         "custom": _tokens(custom, n),
         "sampled": _tokens(sampled, n),
+        "sampled_reference": _tokens(sampled_reference, n),
         "sampled_custom": _tokens(sampled_custom, n),
         "rng_after": rng_after,
         "query_lengths": lengths,
