@@ -252,45 +252,12 @@ def _check_args(model, examples, seed, max_new_tokens) -> None:
         raise ValueError("model is in training mode (dropout makes decoding random); call model.eval() first")
 
 
-def has_vocabulary(tokenizer, vocab_size: int | None = None) -> bool:
-    """Whether ``tokenizer`` has an ordinary (not special) id below ``vocab_size``: transformers
-    builds a tokenizer of special tokens only for a folder without tokenizer files."""
-    if tokenizer is None:
-        return False
-    size = len(tokenizer) if vocab_size is None else min(len(tokenizer), int(vocab_size))
-    special = {int(t) for t in getattr(tokenizer, "all_special_ids", ()) or () if 0 <= int(t) < size}
-    return size - len(special) > 0
-
-
-def _special_ids(model) -> set[int]:
-    """The model's own bos/eos/pad ids (from its config and generation config)."""
-    ids = set()
-    for source in (model.config, getattr(model, "generation_config", None)):
-        for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            value = getattr(source, attr, None)
-            ids.update(value if isinstance(value, (list, tuple)) else [] if value is None else [value])
-    return {int(t) for t in ids}
-
-
-def _token_ids(model, tokenizer):
-    """The tokenizer's ordinary ids; without a usable tokenizer every id below ``config.vocab_size``
-    except the model's special ones."""
-    from lookahead import testing
-
-    vocab_size = getattr(model.config, "vocab_size", None)
-    if has_vocabulary(tokenizer, vocab_size):
-        return testing.vocabulary_ids(tokenizer, vocab_size)
-    if not vocab_size:
-        raise ValueError("lookahead check needs a tokenizer or the model's config.vocab_size to draw token ids from")
-    return testing.token_ids(0, int(vocab_size) - 1, exclude=_special_ids(model))
-
-
 def _cases(model, tokenizer, max_new_tokens: int, sample: bool = False):
     from hypothesis import strategies as st
 
     from lookahead import testing
 
-    tokens = _token_ids(model, tokenizer)
+    tokens = testing.model_token_ids(model, tokenizer)
     eos = testing.eos_ids(tokens)
     model_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if model_eos is not None:  # the model's own EOS is special, so tokens never draws it

@@ -192,3 +192,13 @@ def pad_token_id(model, tokenizer) -> int | None:
             if value is not None:
                 return int(value)
     return None
+
+
+def has_vocabulary(tokenizer, vocab_size: int | None = None) -> bool:
+    """Whether ``tokenizer`` has an ordinary (not special) id below ``vocab_size``: transformers
+    builds a tokenizer of special tokens only for a folder without tokenizer files."""
+    if tokenizer is None:
+        return False
+    size = len(tokenizer) if vocab_size is None else min(len(tokenizer), int(vocab_size))
+    special = {int(t) for t in getattr(tokenizer, "all_special_ids", ()) or () if 0 <= int(t) < size}
+    return size - len(special) > 0

@@ -24,10 +24,12 @@ __all__ = [
     "configs",
     "eos_ids",
     "max_new_tokens",
+    "model_token_ids",
     "processor_options",
     "prompts",
     "random_prompts",
     "repetitive_prompts",
+    "sampling_options",
     "token_ids",
     "vocabulary_ids",
 ]
@@ -178,3 +180,26 @@ def cases(
             "options": processor_options(),
         }
     )
+
+
+def _special_ids(model) -> set[int]:
+    """The model's own bos/eos/pad ids (from its config and generation config)."""
+    ids = set()
+    for source in (model.config, getattr(model, "generation_config", None)):
+        for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(source, attr, None)
+            ids.update(value if isinstance(value, (list, tuple)) else [] if value is None else [value])
+    return {int(t) for t in ids}
+
+
+def model_token_ids(model, tokenizer) -> st.SearchStrategy[int]:
+    """The tokenizer's ordinary ids; without a usable tokenizer every id below ``config.vocab_size``
+    except the model's special ones."""
+    from lookahead.loading import has_vocabulary
+
+    vocab_size = getattr(model.config, "vocab_size", None)
+    if has_vocabulary(tokenizer, vocab_size):
+        return vocabulary_ids(tokenizer, vocab_size)
+    if not vocab_size:
+        raise ValueError("lookahead check needs a tokenizer or the model's config.vocab_size to draw token ids from")
+    return token_ids(0, int(vocab_size) - 1, exclude=_special_ids(model))

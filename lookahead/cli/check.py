@@ -9,8 +9,9 @@ import textwrap
 
 import lookahead
 import lookahead.cli.options as options
-from lookahead.check import has_vocabulary, report, run_check
+from lookahead.check import report, run_check
 from lookahead.cli.options import EXIT_CODES, UsageError
+from lookahead.loading import has_vocabulary
 
 EPILOG = f"""\
 examples:

@@ -270,3 +270,18 @@ def test_check_sample_compares_seeded_and_names_a_planted_difference(monkeypatch
     assert result.exit_status() == 1
     text = "\n".join(result.lines())
     assert "seeded sampling race" in text and "likely a bug" in text and f"torch.manual_seed({m.seed})" in text
+
+
+def test_calibration_and_the_static_warm_up_draw_no_random_numbers():
+    """The first call on a model measures its cost curve, and a static cache's first call traces
+    its buckets: neither may move the RNG a seeded sample reads."""
+    from lookahead.costmodel import calibrate
+
+    model = tiny_model("phi", "sdpa")
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    calibrate(model, sizes=(1, 2, 4), repeats=1)
+    model.__dict__.pop("_lookahead_cache", None)
+    ids = torch.tensor([[5, 6, 7, 8] * 3])
+    lookahead.generate(model, ids, max_new_tokens=8, eos_token_id=None, pad_token_id=PAD, cache_implementation="static")
+    assert torch.equal(torch.get_rng_state(), before)

@@ -24,7 +24,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 import lookahead
 from lookahead import kernels
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Decoder, Layout, TokenSequence, _common, _stack_rows
+from lookahead.decode import Decoder, Layout, _common, _stack_rows
+from lookahead.sequence import TokenSequence
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
