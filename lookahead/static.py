@@ -113,15 +113,17 @@ class StaticSteps:
         if self.compiled is not None and b in self.buckets:
             forward = self.compiled
             self.graphs.add(b)
-        out = forward(
+        return self._run(forward, ids, positions, full).logits[0, :q]
+
+    def _run(self, forward, ids: torch.Tensor, positions: torch.Tensor, mask):
+        return forward(
             input_ids=ids,
-            attention_mask=full,
+            attention_mask=mask,
             position_ids=positions,
             cache=self.cache,
             use_cache=True,
             return_dict=True,
         )
-        return out.logits[0, :q]
 
     def _full_mask(self, mask: torch.Tensor, past_len: int, q: int, b: int) -> torch.Tensor:
         blocked = torch.finfo(mask.dtype).min
@@ -168,14 +170,7 @@ class StaticSteps:
             positions = torch.full((1, b), position, dtype=torch.long, device=device)
             # one tensor per kind, as real steps have (dynamo guards on whether two are one)
             masks = mask if list(groups) == [None] else {name: mask.clone() for name in groups}
-            self.compiled(
-                input_ids=ids,
-                attention_mask=masks,
-                position_ids=positions,
-                cache=self.cache,
-                use_cache=True,
-                return_dict=True,
-            )
+            self._run(self.compiled, ids, positions, masks)
             self.graphs.add(b)
             self.warm.add(b)
             for layer in self.cache.layers:
