@@ -197,6 +197,9 @@ def custom_generate(
     streamer = lookahead_streamer if lookahead_streamer is not None else streamer
     if lookahead_pool is not None:
         _check_pool(lookahead_pool, config)
+        vocab = getattr(model.config, "vocab_size", None)
+        if vocab:
+            lookahead_pool.check_vocabulary(int(vocab))
     if lookahead_costs is not None and not isinstance(lookahead_costs, CostCurve):
         raise TypeError(f"lookahead_costs must be a lookahead.CostCurve, got {type(lookahead_costs).__name__}")
     check_request(generation_config)

@@ -144,6 +144,38 @@ class NgramPool:
                     )
                 held[...] = data[name]
             if "history" in data:  # files written before the history was kept have none
-                pool.history_capacity = int(data["history_capacity"])
+                capacity = data["history_capacity"]
+                if capacity.shape != () or not np.issubdtype(capacity.dtype, np.integer) or int(capacity) < 0:
+                    raise ValueError(f"{path}: 'history_capacity' must be one int >= 0, got {capacity!r}")
+                pool.history_capacity = int(capacity)
                 pool._history = np.asarray(data["history"], dtype=np.int64)[-pool.history_capacity :]
+        pool._check_values(path)
         return pool
+
+    def _check_values(self, path) -> None:
+        """A file is input: values the kernels index with must lie in their bounds (a crafted
+        ``counts`` would make them write past the continuation table)."""
+        bounds = (
+            ("counts", self._counts, 0, self.guesses),
+            ("clock", self._clock, 0, None),
+            ("stamps", self._stamps, 0, int(self._clock[0])),
+            ("conts", self._conts, 0, None),
+            ("history", self._history, -1, None),
+        )
+        for name, array, low, high in bounds:
+            if not array.size:
+                continue
+            lo, hi = int(array.min()), int(array.max())
+            if lo < low or (high is not None and hi > high):
+                allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
+                raise ValueError(f"{path}: array {name!r} holds values in [{lo}, {hi}]; allowed: {allowed}")
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Raise ``ValueError`` when a continuation or history token is not an id of a model
+        with ``vocab_size`` ids (a pool filled, or a file written, for another vocabulary)."""
+        for name, array in (("continuations", self._conts), ("history", self._history)):
+            if array.size and int(array.max()) >= vocab_size:
+                raise ValueError(
+                    f"lookahead_pool holds {name} token id {int(array.max())}, but the model has "
+                    f"{vocab_size} ids: a pool made for another vocabulary"
+                )

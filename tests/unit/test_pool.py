@@ -122,6 +122,41 @@ def test_loading_a_foreign_archive_is_a_clear_error(tmp_path):
         NgramPool.load(tmp_path / "b.npz")
 
 
+@pytest.mark.parametrize(
+    "name,value,bound",
+    [
+        ("counts", 100000, "counts"),
+        ("counts", -1, "counts"),
+        ("stamps", -5, "stamps"),
+        ("conts", -7, "conts"),
+        ("history", -3, "history"),
+        ("history_capacity", -1, "history_capacity"),
+    ],
+)
+def test_a_crafted_file_is_refused_with_the_array_and_its_bound(tmp_path, name, value, bound):
+    """Files are input: a value a kernel would index with out of bounds (a count of 100000 once
+    crashed the process inside numba) is a ValueError naming the array, before any kernel runs."""
+    pool = NgramPool(4, 3, capacity=64)
+    pool.insert_text(np.arange(3, 40, dtype=np.int64) % 11)
+    pool.remember(np.arange(3, 9))
+    pool.save(tmp_path / "a.npz")
+    data = dict(np.load(tmp_path / "a.npz"))
+    data[name] = np.array(value, dtype=data[name].dtype) if data[name].shape == () else data[name].copy()
+    if data[name].shape != ():
+        data[name].flat[0] = value
+    np.savez(tmp_path / "b.npz", **data)
+    with pytest.raises(ValueError, match=bound):
+        NgramPool.load(tmp_path / "b.npz")
+
+
+def test_a_pool_for_another_vocabulary_is_refused_by_generate():
+    model = tiny_model("llama", "sdpa")
+    pool = NgramPool(5, 2, context_tokens=2)
+    pool.insert_text(np.array([3, 4, 5, VOCAB + 10, 6, 7], dtype=np.int64))
+    with pytest.raises(ValueError, match=f"token id {VOCAB + 10}.*{VOCAB} ids"):
+        lookahead.generate(model, torch.tensor([[3, 4, 5]]), lookahead_pool=pool, max_new_tokens=4)
+
+
 def test_vocab_bound_ignores_out_of_range_tokens():
     table = SuccessorTable(VOCAB, 2, 3)
     table.update(torch.tensor([VOCAB + 5, -1]), torch.randn(2, VOCAB))
