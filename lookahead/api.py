@@ -103,7 +103,11 @@ def generate(
             model, dtype, device, thread count and batch size (about a second) and kept in
             ``~/.cache/lookahead/costs.json``; under ``torch.distributed`` rank 0's curve.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
-            so ``torch.manual_seed`` makes runs repeat).
+            which ``generate`` uses: under ``torch.manual_seed(s)`` the tokens are seeded
+            ``model.generate``'s, batches included).
+
+    ``cache_implementation="static"`` (or a ``StaticCache``) decodes one sequence on a static
+    cache, compiled where ``generate`` would compile (``lookahead/static.py``).
     """
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")

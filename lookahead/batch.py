@@ -174,9 +174,8 @@ class BatchDecoder:
             attention_mask = torch.ones_like(input_ids)
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
         last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
-        logits = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **last_only)[
-            :, -1
-        ]
+        out = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **last_only)
+        logits = out[:, -1]
         self.past_keep = attention_mask.bool()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)

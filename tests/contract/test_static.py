@@ -32,17 +32,27 @@ def static_generate(model, ids, **kwargs):
     new=max_new_tokens,
     eos=eos_ids,
     options=testing.processor_options(),
+    seed=st.none() | st.integers(0, 2**16),
 )
-def test_equals_static_generate(case, ids, config, new, eos, options):
+def test_equals_static_generate(case, ids, config, new, eos, options, seed):
     """Every family (sliding windows included, applied by position on full-length layers),
-    configs, EOS lists and processors: the tokens of ``generate``'s own static-cache decoding."""
+    configs, EOS lists and processors, greedy or seeded sampling: the tokens of ``generate``'s
+    own static-cache decoding."""
     model = tiny_model(*case)
-    kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0, attention_mask=torch.ones_like(ids), **options)
-    expected = static_generate(model, ids, **kwargs)
-    stats = lookahead.LookaheadStats()
-    got = lookahead.generate(
-        model, ids, lookahead_config=config, lookahead_stats=stats, cache_implementation="static", **kwargs
+    kwargs = dict(
+        max_new_tokens=new,
+        eos_token_id=eos,
+        pad_token_id=0,
+        attention_mask=torch.ones_like(ids),
+        cache_implementation="static",
+        do_sample=seed is not None,
+        **options,
     )
+    torch.manual_seed(seed or 0)
+    expected = model.generate(ids, **kwargs)
+    stats = lookahead.LookaheadStats()
+    torch.manual_seed(seed or 0)
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == expected.tolist()
     assert stats.new_tokens == expected.shape[1] - ids.shape[1]
 
