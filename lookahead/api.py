@@ -12,6 +12,7 @@ from transformers.cache_utils import DynamicCache, StaticCache
 from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from lookahead import distributed
 from lookahead.batch import batch_decode
 from lookahead.config import LookaheadConfig
 from lookahead.costmodel import CostCurve, cost_curve
@@ -247,8 +248,13 @@ def custom_generate(
         rule = GreedyRule(logits_processor, keep_rows=keep_scores or keep_logits)
     costs = _costs(model, config, lookahead_costs, input_ids.shape[0])
     static = _static_steps(model, input_ids, model_kwargs, generation_config, config)
-    if static is not None and costs is not None:
-        costs = costs.bucketed(static.buckets)  # a step costs its padded size
+    if static is not None:
+        # compiled, the steps are priced by what each bucket measured (unless a curve was given,
+        # or the model is sharded: every rank must price alike)
+        measure = costs is not None and lookahead_costs is None and not distributed.is_sharded(model)
+        static.prepare(calibrate=measure)
+        if costs is not None:
+            costs = static.costs if measure and static.costs is not None else costs.bucketed(static.buckets)
     if input_ids.shape[0] > 1:
         sequences, scores, logits = batch_decode(
             model,

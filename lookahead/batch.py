@@ -36,8 +36,8 @@ from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.decode import ROOT_ONLY, Decoder, Layout, attention_groups
-from lookahead.mask import batch_masks, stack_steps
+from lookahead.decode import ROOT_ONLY, Decoder, Layout
+from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
 from lookahead.stats import LookaheadStats

@@ -14,7 +14,7 @@ from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.mask import StepMask
+from lookahead.mask import StepMask, attention_groups
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
 from lookahead.static import StaticSteps
@@ -27,19 +27,6 @@ from lookahead.window import JacobiWindow
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
 _ZERO_OFFSET = torch.zeros(1, dtype=torch.long)
-
-
-def attention_groups(model, cache) -> tuple[dict, dict]:
-    """``({name: sliding window or None}, {name: a layer index})`` per attention kind."""
-    types = getattr(model.config, "layer_types", None)
-    names = list(dict.fromkeys(types)) if types and len(set(types)) > 1 else [None]
-    windows, index = {}, {}
-    for name in names:
-        i = types.index(name) if name is not None else 0
-        layer = cache.layers[i]
-        index[name] = i
-        windows[name] = layer.sliding_window if getattr(layer, "is_sliding", False) else None
-    return windows, index
 
 
 class Decoder:
@@ -118,10 +105,6 @@ class Decoder:
         self._maskless_plain = bool(real.all()) and all(w is None for w in windows.values()) and self.static is None
         self.seed(prompt, windows, logits.shape[-1], logits.device)
         self.learn_text(seq, 1)
-        if self.static is not None:
-            self.static.warm_up(
-                seq.ids[0, -1], self.position, len(seq.tokens) - 1, windows, self.model.dtype, logits.device
-            )
 
     def seed(
         self, prompt: np.ndarray, windows: dict, vocab: int, device, successors: SuccessorTable | None = None

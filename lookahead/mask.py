@@ -175,3 +175,16 @@ def batch_masks(
     if list(masks) == [None]:
         return masks[None]
     return masks
+
+
+def attention_groups(model, cache) -> tuple[dict, dict]:
+    """``({name: sliding window or None}, {name: a layer index})`` per attention kind."""
+    types = getattr(model.config, "layer_types", None)
+    names = list(dict.fromkeys(types)) if types and len(set(types)) > 1 else [None]
+    windows, index = {}, {}
+    for name in names:
+        i = types.index(name) if name is not None else 0
+        layer = cache.layers[i]
+        index[name] = i
+        windows[name] = layer.sliding_window if getattr(layer, "is_sliding", False) else None
+    return windows, index

@@ -26,9 +26,13 @@ from __future__ import annotations
 import time
 
 import torch
-from transformers.cache_utils import StaticCache, StaticLayer
+from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
+
+from lookahead.costmodel import CostCurve
+from lookahead.mask import attention_groups
 
 BUCKETS = (1, 4, 8, 16, 32, 64)
+REPEATS = 5  # timed runs of each bucket when calibrating (the fastest counts)
 
 
 def full_static_cache(model, max_len: int) -> StaticCache:
@@ -86,13 +90,10 @@ class StaticSteps:
         self.buckets = tuple(sorted(buckets))
         self.max_len = cache.layers[0].max_cache_len
         self.graphs: set[int] = set()  # the bucket sizes run through the compiled forward
-        # buckets already traced for this cache's shapes (kept with the cache across calls)
+        # buckets already traced for this cache's shapes, and their measured costs (kept with the cache)
         self.warm: set[int] = cache.__dict__.setdefault("_lookahead_warm", set())
+        self.costs: CostCurve | None = cache.__dict__.get("_lookahead_costs")
         self.warmup_s = 0.0
-
-    def room(self, past_len: int) -> int:
-        """Entries left after ``past_len`` committed ones."""
-        return self.max_len - past_len
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask, past_len: int) -> torch.Tensor:
         """Logits ``[q, V]`` of the step ``ids`` (long ``[1, q]``) at ``positions`` (``[1, q]``)
@@ -152,27 +153,68 @@ class StaticSteps:
                 layer.values.index_copy_(2, d, layer.values.index_select(2, s))
             layer.cumulative_length.fill_(past_len + k)
 
-    def warm_up(self, root: torch.Tensor, position: int, past_len: int, groups: dict, dtype, device) -> None:
-        """Compile every bucket not yet traced for this cache now (a step of filler alone, then
-        rolled back), so that no decoding step waits for a compile; ``warmup_s`` is what it took. ``groups``: the
-        attention kinds (a mask per kind for hybrid models)."""
+    def prepare(self, calibrate: bool = True) -> None:
+        """Before the prefill: compile every bucket not yet traced for this cache (a step of
+        filler alone, rolled back), so that no decoding step waits for a compile, and, where
+        ``calibrate``, time each bucket's compiled forward (the fastest of ``REPEATS``) into
+        ``costs``, the curve the controller prices steps with. A static step attends over the
+        whole cache, so its cost does not depend on how much of it is filled: measuring on the
+        empty cache holds for every step. ``warmup_s`` is what it took; graphs, the traced
+        buckets and the curve are kept with the cache for later calls."""
         if self.compiled is None:
             return
         started = time.perf_counter()
-        blocked = torch.finfo(dtype).min
+        param = next(self.model.parameters())
+        if not self.cache.layers[0].is_initialized:  # allocate eagerly: never inside a traced graph
+            self._run(
+                self.model,
+                torch.zeros((1, 1), dtype=torch.long, device=param.device),
+                torch.zeros((1, 1), dtype=torch.long, device=param.device),
+                None,
+            )
+        groups, _ = attention_groups(self.model, DynamicCache(config=self.model.config))
+        seconds = []
+        timing = calibrate and self.costs is None and self.buckets[0] == 1 and len(self.buckets) > 1
         for b in self.buckets:
-            if past_len + b > self.max_len or b in self.warm:
+            if b in self.warm and not timing:
                 continue
-            mask = torch.full((1, 1, b, self.max_len), blocked, dtype=dtype, device=device)
-            steps = torch.arange(b, device=device)
-            mask[0, 0, steps, past_len + steps] = 0.0
-            ids = root.reshape(1, 1).expand(1, b).contiguous()  # the strides of a real step (dynamo guards them)
-            positions = torch.full((1, b), position, dtype=torch.long, device=device)
-            # one tensor per kind, as real steps have (dynamo guards on whether two are one)
-            masks = mask if list(groups) == [None] else {name: mask.clone() for name in groups}
-            self._run(self.compiled, ids, positions, masks)
-            self.graphs.add(b)
+            seconds.append(self._trace(b, groups, param, repeats=REPEATS if timing else 0))
             self.warm.add(b)
-            for layer in self.cache.layers:
-                layer.cumulative_length.fill_(past_len)
+            self.graphs.add(b)
+        if timing:
+            self.costs = CostCurve.from_times(self.buckets, seconds)
+            self.cache.__dict__["_lookahead_costs"] = self.costs
+        self._reset(0)
         self.warmup_s += time.perf_counter() - started
+
+    def _trace(self, b: int, groups: dict, param: torch.Tensor, repeats: int) -> float:
+        """Run a ``b``-token step of filler once (tracing it), then ``repeats`` times timed; the
+        best seconds (0.0 without timed runs)."""
+        dtype, device = self.model.dtype, param.device
+        mask = torch.full((1, 1, b, self.max_len), torch.finfo(dtype).min, dtype=dtype, device=device)
+        steps = torch.arange(b, device=device)
+        mask[0, 0, steps, steps] = 0.0
+        ids = torch.zeros((1, b), dtype=torch.long, device=device)
+        positions = torch.zeros((1, b), dtype=torch.long, device=device)
+        # one tensor per kind, as real steps have (dynamo guards on whether two are one)
+        masks = mask if list(groups) == [None] else {name: mask.clone() for name in groups}
+        best = float("inf")
+        for i in range(repeats + 1):
+            self._reset(0)
+            _sync(device)
+            started = time.perf_counter()
+            self._run(self.compiled, ids, positions, masks)
+            _sync(device)
+            if i:  # the first run compiles (or warms) the graph
+                best = min(best, time.perf_counter() - started)
+        return best if repeats else 0.0
+
+    def _reset(self, length: int) -> None:
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(length)
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -119,7 +119,7 @@ def test_commit_moves_the_kept_entries_down_and_resets_the_counter():
 
 def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
     """With a ``CompileConfig`` that compiles on CPU, the steps run through ``generate``'s own
-    compiled forward: the warm-up after the prefill traces every bucket, decoding traces
+    compiled forward: the warm-up before the prefill traces every bucket, decoding traces
     nothing more, and a second call reuses it all. (``backend="eager"`` keeps the test fast: dynamo's
     tracing and guards are what is tested, and the tokens must then equal eager ``generate``'s.)"""
     from torch._dynamo.utils import counters
@@ -134,13 +134,13 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
     torch._dynamo.reset()
     counters.clear()
     model.__dict__.pop("_lookahead_cache", None)  # a cache of earlier tests on this model: its buckets are traced
-    after_warm_up, real = [], StaticSteps.warm_up
+    after_warm_up, real = [], StaticSteps.prepare
 
-    def spy(self, *args):
-        real(self, *args)
-        after_warm_up.append((counters["stats"]["unique_graphs"], set(self.graphs)))
+    def spy(self, **kwargs):
+        real(self, **kwargs)
+        after_warm_up.append((counters["stats"]["unique_graphs"], set(self.graphs), self.costs))
 
-    monkeypatch.setattr(StaticSteps, "warm_up", spy)
+    monkeypatch.setattr(StaticSteps, "prepare", spy)
     graphs = []
     for _ in range(2):
         got = lookahead.generate(model, ids, lookahead_config=config, compile_config=compile_config, **kwargs)
@@ -148,6 +148,33 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
         graphs.append(counters["stats"]["unique_graphs"])
     assert after_warm_up[0][1] == {1, 16} and 2 <= after_warm_up[0][0] == graphs[0] == graphs[1]
     assert after_warm_up[1][1] == set()  # the second call found its cache and its buckets traced
+    assert after_warm_up[0][2] is None  # a fixed shape prices nothing: no timing
+
+
+def test_compiled_buckets_are_timed_once_into_the_curve_that_prices_steps(monkeypatch):
+    """Adaptive and compiled, each bucket's compiled forward is timed once per cache; that curve
+    (sizes = the buckets) reaches the controller, and a later call reuses it."""
+    from lookahead import controller
+
+    model = tiny_model("llama", "sdpa")
+    model.__dict__.pop("_lookahead_cache", None)
+    compile_config = CompileConfig(backend="eager")
+    compile_config._compile_all_devices = True
+    priced = []
+    real = controller.ShapeController.__init__
+
+    def spy(self, costs=None, **kwargs):
+        priced.append(costs)
+        real(self, costs, **kwargs)
+
+    monkeypatch.setattr(controller.ShapeController, "__init__", spy)
+    ids = torch.tensor([[5, 6, 7, 8] * 3])
+    config = lookahead.LookaheadConfig(static_buckets=(1, 8, 32))
+    kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    for _ in range(2):
+        got = lookahead.generate(model, ids, lookahead_config=config, compile_config=compile_config, **kwargs)
+        assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert priced[0].sizes == (1, 8, 32) and priced[0].unit_s > 0 and priced[1] is priced[0]
 
 
 def test_a_later_call_reuses_the_cache_when_it_is_long_enough():

@@ -18,8 +18,7 @@ from torch.overrides import TorchFunctionMode
 from transformers.cache_utils import DynamicCache
 
 from lookahead.cache import commit, commit_rows, gather_rows, held_from, prepare_cache, trim_rows
-from lookahead.decode import attention_groups
-from lookahead.mask import StepMask
+from lookahead.mask import StepMask, attention_groups
 from lookahead.tree import GuessTree
 
 from tiny_models import SLIDING, SLIDING_FAMILIES, VOCAB, assert_cache_matches_recompute, fresh_cache, tiny_model
