@@ -37,6 +37,7 @@ from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.decode import ROOT_ONLY, Decoder, Layout
+from lookahead.host import fetch
 from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
@@ -56,8 +57,8 @@ class ForcedPad:
     def __init__(self, rule, pad: int):
         self.rule, self.pad = rule, pad
 
-    def start(self, logits: torch.Tensor) -> None:
-        self.rule.start(logits)
+    def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
+        self.rule.start(logits, preds)
 
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
         pick = self.rule.report(node, sequence)  # draws no noise: generate's pad rows emit nothing
@@ -179,6 +180,7 @@ class BatchDecoder:
         self.past_keep = attention_mask.bool()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)
+        self.host_position = self.position.cpu().numpy()  # the same on the host: read there, not here
         cfg = self.config
         successors = None
         if cfg.uses_successors:
@@ -225,17 +227,20 @@ class BatchDecoder:
         shape = self.controller.choose()
         plans = [row.plan(shape, forced=self._forced(row)) for row in live]
         width = max(len(tokens) for _, tokens in plans)
-        ids = torch.tensor(
-            [tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], device=self.position.device
-        )
+        host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
+        ids = torch.from_numpy(host_ids).to(self.position.device)
         offsets, allowed = self._shapes(live, plans, width)
         mask = batch_masks(
             offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups, self.model.dtype
         )
         logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=self.position[:, None] + offsets)
-        top = self._recycle(ids, logits)
+        table = live[0].planner.successors  # the rows share one
+        preds, top = fetch(logits, table.k if table is not None else 0)  # one transfer for all rows
+        if top is not None:  # what each row fed, not its filler
+            for i, (_, tokens) in enumerate(plans):
+                table.record(host_ids[i, : len(tokens)], top[i, : len(tokens)].numpy())
         accepted = [
-            self._accept(i, row, layout, len(tokens), logits[i], shape, top)
+            self._accept(row, layout, len(tokens), logits[i], preds[i], shape)
             for i, (row, (layout, tokens)) in enumerate(zip(live, plans))
         ]
         decoding = [len(k) for k, row in zip(accepted, live) if not self._forced(row)]
@@ -260,26 +265,19 @@ class BatchDecoder:
             allowed.append(step_mask.allowed(layout.tree))
         return stack_steps(offsets, allowed, width)
 
-    def _recycle(self, ids: torch.Tensor, logits: torch.Tensor):
-        """``(ids, top-k next tokens)`` of every fed token as numpy arrays, taken once for the
-        step (the rows share one successor table), or None without one."""
-        table = self.live[0].planner.successors
-        if table is None:
-            return None
-        return ids.cpu().numpy(), logits.topk(table.k, dim=-1).indices.cpu().numpy()
-
-    def _accept(self, i: int, row: Row, layout: Layout, fed: int, logits: torch.Tensor, shape: str, top) -> list[int]:
-        """Walk row ``i``'s tree; learn from what it fed and accepted; return its kept nodes."""
+    def _accept(
+        self, row: Row, layout: Layout, fed: int, logits: torch.Tensor, preds: torch.Tensor, shape: str
+    ) -> list[int]:
+        """Walk a row's tree over its ``logits`` (``[width, V]``; ``preds`` their host argmax);
+        learn from what it fed and accepted; return its kept nodes."""
         planner, seq = row.planner, row.seq
         root = seq.tokens[-1]
-        if top is not None:
-            planner.successors.record(top[0][i, :fed], top[1][i, :fed])
-        path = planner.accept(seq, layout.tree, logits[:fed])
+        path = planner.accept(seq, layout.tree, logits[:fed], preds[:fed].tolist())
         if self._forced(row):
             return path
         appended = seq.tokens[-len(path) :]
         planner.count(shape, layout, fed, appended)
-        planner.learn(seq, logits, layout.windowed, len(path), root)
+        planner.learn(seq, preds, layout.windowed, len(path), root)
         return path
 
     def _commit(self, accepted: list[list[int]]) -> None:
@@ -297,15 +295,16 @@ class BatchDecoder:
         self.past_keep = torch.cat([self.past_keep, steps[None] < counts[:, None]], dim=1)
         self.past_pos = torch.cat([self.past_pos, self.position[:, None] + steps[None]], dim=1)
         self.position = self.position + counts
+        self.host_position = self.host_position + np.array([len(k) for k in accepted])
         held = self.past_keep.shape[1]
-        if held > 64 and 2 * int(self.position.max()) < held:
+        if held > 64 and 2 * int(self.host_position.max()) < held:
             self._close_holes()
 
     def _close_holes(self) -> None:
         """Gather each row's real entries to the right end (holes become left padding)."""
         real = self.past_keep
         order = torch.sort(real.to(torch.int8), dim=1, stable=True).indices  # holes first
-        index = order[:, real.shape[1] - int(real.sum(1).max()) :]
+        index = order[:, real.shape[1] - int(self.host_position.max()) :]  # each row's real entries
         gather_rows(self.cache, index)
         self.past_keep = real.gather(1, index)
         self.past_pos = self.past_pos.gather(1, index)
@@ -350,6 +349,7 @@ class BatchDecoder:
         self.past_keep = self.past_keep[index]
         self.past_pos = self.past_pos[index]
         self.position = self.position[index]
+        self.host_position = self.host_position[staying]
 
     def outputs(self):
         """``(sequences [B, n + T], scores, logits)`` laid out as ``generate`` returns them:

@@ -43,20 +43,23 @@ def held_from(layer, past_len: int) -> int:
     return past_len - layer.keys.shape[2]
 
 
-def commit(cache: DynamicCache, past_len: int, step_len: int, keep: torch.Tensor) -> None:
-    """Keep the step entries at indices ``keep`` (long ``[k]``, increasing) after the prefix.
+def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int]) -> None:
+    """Keep the step entries at indices ``keep`` (host ints, increasing, from the root's 0)
+    after the prefix.
 
     Every layer ends with ``past_len + k`` logical entries; sliding layers then hold only
-    their last ``sliding_window - 1``, as after plain decoding.
+    their last ``sliding_window - 1``, as after plain decoding. Entries that already sit in
+    place (a path of consecutive nodes) are not copied: no index reaches the device.
     """
-    k = keep.shape[0]
-    contiguous = bool(keep[-1].item() == k - 1)
+    k = len(keep)
+    contiguous = keep[-1] == k - 1
+    index = None if contiguous else torch.tensor(keep)
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
         start = layer.keys.shape[2] - step_len
         if not contiguous:
-            src = keep.to(layer.keys.device) + start  # layers may sit on other devices (device_map)
+            src = index.to(layer.keys.device) + start  # layers may sit on other devices (device_map)
             layer.keys[:, :, start : start + k] = layer.keys.index_select(2, src)
             layer.values[:, :, start : start + k] = layer.values.index_select(2, src)
         end = start + k

@@ -14,6 +14,7 @@ from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
+from lookahead.host import fetch
 from lookahead.mask import StepMask, attention_groups
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
@@ -26,7 +27,6 @@ from lookahead.window import JacobiWindow
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
-_ZERO_OFFSET = torch.zeros(1, dtype=torch.long)
 
 
 class Decoder:
@@ -113,6 +113,7 @@ class Decoder:
         prompt's real tokens (int64 ``[n]``); ``successors`` shares a table between decoders."""
         cfg = self.config
         self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
+        self._zero_offset = torch.zeros(1, dtype=torch.long, device=device)  # a plain step's offsets, kept there
         self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.model.dtype, device)
         self.lean_mask = StepMask(0, 0, windows, self.model.dtype, device)
         if self.pool is not None and cfg.prompt_ngrams:
@@ -133,25 +134,27 @@ class Decoder:
             logits = self._timed(self.static.forward, step.ids, positions, step.mask, past_len)
         else:
             logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=positions)
-        if self.successors is not None:
-            self.successors.update(step.ids[0], logits)
-        path = self.accept(seq, step.tree, logits)
+        preds, top = fetch(logits, self.successors.k if self.successors is not None else 0)
+        if top is not None:
+            self.successors.record(step.host_ids, top.numpy())
+        path = self.accept(seq, step.tree, logits, preds.tolist())
         accepted = len(path)
         self._record(shape, step, seq.tokens[-accepted:])
         if self.static is not None:
             self.static.commit(past_len, path)
         else:
-            commit(self.cache, past_len, step.ids.shape[1], torch.tensor(path, device=logits.device))
+            commit(self.cache, past_len, step.ids.shape[1], path)
         self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
         self.position += accepted
-        self.learn(seq, logits, window is not None, accepted, last)
+        self.learn(seq, preds, window is not None, accepted, last)
 
-    def learn(self, seq: TokenSequence, logits: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
+    def learn(self, seq: TokenSequence, preds: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
         """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
-        move the window on (by its newest level's predictions in ``logits`` ``[q, V]`` when
-        it was fed), file the new n-grams and size the next copy guess."""
+        move the window on (by its newest level's predictions, from ``preds``, the host argmax
+        ``[q]`` of the step's logits, when it was fed), file the new n-grams and size the next
+        copy guess."""
         if windowed:
-            self._advance_window(logits, accepted, root)
+            self._advance_window(preds, accepted, root)
         else:
             self.window.slide(accepted)
         self.learn_text(seq, accepted)
@@ -163,7 +166,8 @@ class Decoder:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         if not guess and window is None and self._maskless_plain:
             ids = seq.ids[:, -1:]
-            return Layout(ROOT_ONLY, ids, _ZERO_OFFSET.to(ids.device), None, None, (), False)
+            host = np.array(seq.tokens[-1:], dtype=np.int64)
+            return Layout(ROOT_ONLY, ids, self._zero_offset, None, None, (), False, host)
         tree, tokens, cands, origins = self.plan(seq, window, guess, copy_only)
         sizes = {
             name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
@@ -171,8 +175,9 @@ class Decoder:
         }
         step_mask = self.step_mask if window is not None else self.lean_mask
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
-        ids = torch.tensor([tokens], device=seq.ids.device)
-        return Layout(tree, ids, offsets, mask, cands, origins, window is not None)
+        host = np.asarray(tokens, dtype=np.int64)
+        ids = torch.from_numpy(host).to(seq.ids.device)[None]
+        return Layout(tree, ids, offsets, mask, cands, origins, window is not None, host)
 
     def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
@@ -201,9 +206,12 @@ class Decoder:
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
 
-    def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor) -> list[int]:
-        """Walk the tree appending the model's own choices; return the nodes whose entries stay."""
-        self.rule.start(logits)
+    def accept(
+        self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: list[int] | None = None
+    ) -> list[int]:
+        """Walk the tree appending the model's own choices; return the nodes whose entries stay
+        (``preds``: the logits' argmax on the host, when already fetched)."""
+        self.rule.start(logits, preds)
         path = []
         for node, pick in walk(tree, self.rule, lambda: seq.ids):
             path.append(node)
@@ -250,13 +258,14 @@ class Decoder:
             self.copy_budget = min(held + 2, self.config.copy_length)
         self._copied = self._copy_out[:0]
 
-    def _advance_window(self, logits: torch.Tensor, accepted: int, root: int) -> None:
-        """The newest level's predictions become a level; full columns go to the pool."""
+    def _advance_window(self, preds: torch.Tensor, accepted: int, root: int) -> None:
+        """The newest level's predictions (rows of the host argmax ``preds`` ``[q]``) become a
+        level; full columns go to the pool."""
         width = self.window.width
         if not width:
             return
         first = 1 + (self.window.levels - 1) * width
-        newest = logits[first : first + width].argmax(-1).cpu().numpy()
+        newest = preds[first : first + width].numpy()
         # in its Jacobi context, column i of level 0 follows the root (i = 0) or column i - 1
         before = np.concatenate([[root], self.window.chain[:-1]])
         ngrams = self.window.advance(newest, accepted)
@@ -281,6 +290,7 @@ class Layout(NamedTuple):
     cands: np.ndarray | None
     origins: tuple[str, ...]
     windowed: bool
+    host_ids: np.ndarray | None = None  # ids as int64 [q] on the host (no transfer back needed)
 
     def source_of(self, held: list[int]) -> str:
         """The source whose guess matched the most of ``held`` (the guessed tokens the step

@@ -39,10 +39,14 @@ class GreedyRule:
         self._preds: list[int] | None = None
         self._logits: torch.Tensor | None = None
 
-    def start(self, logits: torch.Tensor) -> None:
-        """``logits``: ``[q, V]`` of this step (or ``[1, V]`` of the prefill)."""
+    def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
+        """``logits``: ``[q, V]`` of this step (or ``[1, V]`` of the prefill); ``preds``: their
+        argmax, when the caller already fetched it to the host (``lookahead.host``)."""
         self._logits = logits
-        self._preds = None if self.keep_rows else logits.argmax(-1).tolist()
+        if self.keep_rows:
+            self._preds = None
+        else:
+            self._preds = preds if preds is not None else logits.argmax(-1).tolist()
 
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
         if self._preds is not None:
@@ -87,8 +91,8 @@ class SamplingRule:
         self.emitted = 0  # tokens emitted so far: the noise step of the next one
         self._logits: torch.Tensor | None = None
 
-    def start(self, logits: torch.Tensor) -> None:
-        self._logits = logits
+    def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
+        self._logits = logits  # preds unused: every emitted token runs the race
 
     def report(self, node: int, sequence: torch.Tensor) -> Pick:
         """The raw and processed rows at ``node``, emitting nothing (no noise is read)."""

@@ -23,7 +23,7 @@ from lookahead.costmodel import CostCurve
 from lookahead.verify import GreedyRule
 
 from strategies import batch_rows
-from tiny_models import CASES, VOCAB, tiny_model, tiny_tokenizer
+from tiny_models import CASES, VOCAB, left_pad, tiny_model, tiny_tokenizer
 
 PAD = 0
 
@@ -34,14 +34,6 @@ MOTIFS = (
     [10, 11, 12, 13, 14, 15, 16, 17, 18] * 3,
     [20, 21, 20, 21, 20],
 )
-
-
-def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)`` ``[B, n]`` with every row padded on the left."""
-    n = max(len(r) for r in rows)
-    ids = torch.tensor([[PAD] * (n - len(r)) + list(r) for r in rows])
-    mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask
 
 
 def eos_ending_rows(model, ids, mask, new, picks):

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from test_batch import eos_ending_rows, left_pad
+from test_batch import eos_ending_rows
 
 import lookahead
 from lookahead import testing
@@ -22,7 +22,7 @@ from lookahead.noise import NoiseStream
 from lookahead.race import TIE_GAP, race_gap, replay_noise
 
 from strategies import batch_rows, eos_ids, prompts
-from tiny_models import CASES, tiny_model, tiny_tokenizer
+from tiny_models import CASES, left_pad, tiny_model, tiny_tokenizer
 
 PAD = 0
 configs = testing.configs(max_window=6, max_ngram=5, max_guesses=6)

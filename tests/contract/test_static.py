@@ -7,7 +7,6 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_batch import left_pad
 from transformers import CompileConfig
 from transformers.cache_utils import StaticCache, StaticLayer
 
@@ -16,7 +15,7 @@ from lookahead import testing
 from lookahead.static import ROUND, StaticSteps, bucket_for, full_static_cache
 
 from strategies import eos_ids, max_new_tokens, prompts
-from tiny_models import CASES, tiny_model
+from tiny_models import CASES, left_pad, tiny_model
 
 configs = testing.configs(max_window=6, max_ngram=5, max_guesses=6)
 

@@ -105,3 +105,11 @@ def two_requests(model, ids, config, pool, max_new_tokens: int = 40):
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, lookahead_stats=second, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     return first, second
+
+
+def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` ``[B, n]`` with every row padded on the left."""
+    n = max(len(r) for r in rows)
+    ids = torch.tensor([[0] * (n - len(r)) + list(r) for r in rows])
+    mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask

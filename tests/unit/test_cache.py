@@ -67,7 +67,7 @@ class CacheMachine(RuleBasedStateMachine):
                 break
             node = data.draw(st.sampled_from(kids))
             path.append(node)
-        commit(self.cache, past, ids.shape[1], torch.tensor(path))
+        commit(self.cache, past, ids.shape[1], path)
         self.committed += [root] + [int(tree.tokens[n - tree.base]) for n in path[1:]]
 
     @invariant()
@@ -105,13 +105,13 @@ def test_a_contiguous_keep_moves_nothing():
     cache = step_cache(2, 5 + 4)
     before = [layer.keys.clone() for layer in cache.layers]
     with OpLog() as log:
-        commit(cache, 5, 4, torch.tensor([0, 1]))
+        commit(cache, 5, 4, [0, 1])
     assert "index_select" not in log.names and "__setitem__" not in log.names
     for layer, keys in zip(cache.layers, before):
         assert torch.equal(layer.keys, keys[:, :, :7])
     cache = step_cache(2, 5 + 4)
     with OpLog() as log:  # a keep with a gap does copy
-        commit(cache, 5, 4, torch.tensor([0, 2]))
+        commit(cache, 5, 4, [0, 2])
     assert "index_select" in log.names
 
 
@@ -123,7 +123,7 @@ def test_commit_skips_layers_the_model_never_wrote():
     cache.update(keys, keys, 0)
     cache.update(keys, keys, 2)  # layer 1 stays empty
     assert not cache.layers[1].is_initialized
-    commit(cache, 5, 4, torch.tensor([0, 2, 3]))
+    commit(cache, 5, 4, [0, 2, 3])
     expected = torch.cat([keys[:, :, :5], keys[:, :, [5, 7, 8]]], dim=2)
     assert torch.equal(cache.layers[0].keys, expected) and torch.equal(cache.layers[2].keys, expected)
     assert not cache.layers[1].is_initialized
@@ -182,7 +182,7 @@ class LongStepMachine(RuleBasedStateMachine):
             node = path[-1]
             path.append(node - 1 if node <= width else int(tree.parents[node - base]))
         path.reverse()
-        commit(self.cache, past, ids.shape[1], torch.tensor(path))
+        commit(self.cache, past, ids.shape[1], path)
         self.committed += [int(ids[0, n]) for n in path]
 
         with torch.no_grad():

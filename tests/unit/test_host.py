@@ -1,0 +1,99 @@
+"""One device-to-host transfer per step: the host reads a step's logits once (``lookahead.host``).
+
+On a GPU every ``.cpu()``, ``.tolist()``, ``.item()``, ``int()`` or ``bool()`` of a device tensor
+waits for the device. These tests run on the CPU, where no read waits, so they tell reads apart by
+where the tensor came from: the host tensors ``fetch`` returns (and their views) may be read
+freely; a read of any other tensor inside a decoding step is a transfer that a GPU would wait for.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import pytest
+import torch
+
+import lookahead
+from lookahead import host
+from lookahead.batch import BatchDecoder
+from lookahead.decode import Decoder
+
+from tiny_models import left_pad, tiny_model
+
+READS = ("cpu", "tolist", "item", "numpy", "__int__", "__bool__", "__float__", "__index__")
+
+
+class Reads:
+    """Counts, inside decoding steps, ``fetch`` calls and reads of tensors ``fetch`` did not return."""
+
+    def __init__(self, monkeypatch):
+        self.fetches = self.steps = self.other = 0
+        self.where: list[str] = []
+        self._host: set[int] = set()
+        self._in_step = False
+        real_fetch = host.fetch
+
+        def fetch(logits, k=0):  # its own read is the one transfer a step makes
+            self.fetches += self._in_step
+            inside, self._in_step = self._in_step, False
+            try:
+                preds, top = real_fetch(logits, k)
+            finally:
+                self._in_step = inside
+            self._host.update(t.untyped_storage().data_ptr() for t in (preds, top) if t is not None)
+            return preds, top
+
+        for module in ("lookahead.decode", "lookahead.batch"):
+            monkeypatch.setattr(f"{module}.fetch", fetch)
+        for name in READS:
+            monkeypatch.setattr(torch.Tensor, name, self._counted(getattr(torch.Tensor, name), name))
+        for cls in (Decoder, BatchDecoder):
+            monkeypatch.setattr(cls, "step", self._stepped(cls.step))
+
+    def _counted(self, real, name):
+        def read(tensor, *args, **kwargs):
+            if self._in_step and tensor.untyped_storage().data_ptr() not in self._host:
+                self.other += 1
+                self.where.append(f"{name} at {traceback.extract_stack(limit=2)[0]}")
+            return real(tensor, *args, **kwargs)
+
+        return read
+
+    def _stepped(self, real):
+        def step(decoder, *args):
+            self._in_step, self.steps = True, self.steps + 1
+            try:
+                return real(decoder, *args)
+            finally:
+                self._in_step = False
+
+        return step
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation):
+    """Full shape (window, pool, copy and recycled guesses), greedy, one row: per step one
+    fetch and no other read of a device tensor."""
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
+    config = lookahead.LookaheadConfig(adaptive=False)
+    kwargs = dict(max_new_tokens=40, eos_token_id=None, pad_token_id=0, cache_implementation=cache_implementation)
+    expected = model.generate(ids, do_sample=False, **kwargs)
+    reads = Reads(monkeypatch)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == expected.tolist()
+    assert reads.steps == stats.steps > 5 and stats.tokens_per_forward > 1.5
+    assert reads.fetches == reads.steps and reads.other == 0, reads.where[:5]
+
+
+def test_a_batch_step_reads_its_logits_once(monkeypatch):
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 4, [3, 4, 5, 6, 7] * 3, [10, 11, 12] * 4])
+    kwargs = dict(attention_mask=mask, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    expected = model.generate(ids, do_sample=False, **kwargs)
+    reads = Reads(monkeypatch)
+    got = lookahead.generate(model, ids, lookahead_config=lookahead.LookaheadConfig(adaptive=False), **kwargs)
+    assert got.tolist() == expected.tolist()
+    assert reads.steps > 3 and reads.fetches == reads.steps
+    assert reads.other == 0, reads.where[:5]
