@@ -37,7 +37,7 @@ from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.decode import ROOT_ONLY, Decoder, Layout
-from lookahead.host import fetch
+from lookahead.host import fetch, upload
 from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
@@ -201,7 +201,7 @@ class BatchDecoder:
                 np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
                 self.groups,
                 logits.shape[-1],
-                logits.device,
+                input_ids.device,  # where the inputs, masks and past_keep live
                 successors,
             )
             row = Row(seq, planner, input_ids.shape[1], int(real_mask[r].argmax()))
@@ -228,8 +228,9 @@ class BatchDecoder:
         plans = [row.plan(shape, forced=self._forced(row)) for row in live]
         width = max(len(tokens) for _, tokens in plans)
         host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
-        ids = torch.from_numpy(host_ids).to(self.position.device)
-        offsets, allowed = self._shapes(live, plans, width)
+        trees = [(t.depths, t.anchors, t.attend) for t in (layout.tree for layout, _ in plans)] if width > 1 else []
+        ids, *parts = upload(self.position.device, host_ids, *(a for tree in trees for a in tree))  # one copy
+        offsets, allowed = self._shapes(live, plans, width, parts)
         mask = batch_masks(
             offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups, self.model.dtype
         )
@@ -251,7 +252,9 @@ class BatchDecoder:
             self._check_stop(row)
         self._retire()
 
-    def _shapes(self, live: list[Row], plans, width: int):
+    def _shapes(self, live: list[Row], plans, width: int, parts: list[torch.Tensor]):
+        """Offsets ``[B, width]`` and attention ``[B, width, width]`` of the rows' steps (``parts``:
+        each row's tree depths, anchors and ancestry, uploaded)."""
         if width == 1:  # every row feeds its root alone (a plain step)
             device = self.position.device
             return (
@@ -259,10 +262,11 @@ class BatchDecoder:
                 torch.ones(len(live), 1, 1, dtype=torch.bool, device=device),
             )
         offsets, allowed = [], []
-        for row, (layout, _) in zip(live, plans):
+        for i, (row, (layout, _)) in enumerate(zip(live, plans)):
             step_mask = row.planner.step_mask if layout.windowed else row.planner.lean_mask
-            offsets.append(step_mask.offsets(layout.tree))
-            allowed.append(step_mask.allowed(layout.tree))
+            depths, anchors, attend = parts[3 * i : 3 * i + 3]
+            offsets.append(step_mask.offsets(layout.tree, depths))
+            allowed.append(step_mask.allowed(layout.tree, anchors, attend))
         return stack_steps(offsets, allowed, width)
 
     def _accept(
@@ -285,17 +289,19 @@ class BatchDecoder:
         m = max(len(k) for k in accepted)
         past_len = self.past_keep.shape[1]
         device = self.position.device
-        counts = torch.tensor([len(k) for k in accepted], device=device)
+        moved = any(k != list(range(m)) for k in accepted)  # else the entries already sit in place
+        counts = np.array([len(k) for k in accepted])
+        index = np.array([k + [0] * (m - len(k)) for k in accepted]) if moved else np.zeros((0,), dtype=np.int64)
+        counts, index = upload(device, counts, index)
         steps = torch.arange(m, device=device)
-        if any(k != list(range(m)) for k in accepted):  # else the entries already sit in place
-            index = torch.tensor([k + [0] * (m - len(k)) for k in accepted], device=device)
+        if moved:
             commit_rows(self.cache, past_len, index)
         else:
             trim_rows(self.cache, past_len + m)
         self.past_keep = torch.cat([self.past_keep, steps[None] < counts[:, None]], dim=1)
         self.past_pos = torch.cat([self.past_pos, self.position[:, None] + steps[None]], dim=1)
         self.position = self.position + counts
-        self.host_position = self.host_position + np.array([len(k) for k in accepted])
+        self.host_position = self.host_position + np.array([len(k) for k in accepted])  # as counts
         held = self.past_keep.shape[1]
         if held > 64 and 2 * int(self.host_position.max()) < held:
             self._close_holes()

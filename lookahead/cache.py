@@ -7,8 +7,11 @@ rest is cut off. Nothing already committed is ever recomputed.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+from lookahead.host import upload
 
 SUPPORTED_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
 
@@ -53,7 +56,7 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int]) -
     """
     k = len(keep)
     contiguous = keep[-1] == k - 1
-    index = None if contiguous else torch.tensor(keep)
+    index = None if contiguous else upload(cache.layers[0].keys.device, np.array(keep))[0]
     for layer in cache.layers:
         if not layer.is_initialized:
             continue

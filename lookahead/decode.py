@@ -14,7 +14,7 @@ from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.host import fetch
+from lookahead.host import fetch, upload
 from lookahead.mask import StepMask, attention_groups
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
@@ -103,7 +103,8 @@ class Decoder:
         # a lone root over an unpadded cache with full attention needs no mask of ours: the
         # model's own causal mask is the same, and building ours costs more than plain decoding
         self._maskless_plain = bool(real.all()) and all(w is None for w in windows.values()) and self.static is None
-        self.seed(prompt, windows, logits.shape[-1], logits.device)
+        # masks, offsets and ids live where the inputs do (the first device under a device_map)
+        self.seed(prompt, windows, logits.shape[-1], seq.ids.device)
         self.learn_text(seq, 1)
 
     def seed(
@@ -174,10 +175,10 @@ class Decoder:
             for name, i in self.layer_index.items()
         }
         step_mask = self.step_mask if window is not None else self.lean_mask
-        offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len])
         host = np.asarray(tokens, dtype=np.int64)
-        ids = torch.from_numpy(host).to(seq.ids.device)[None]
-        return Layout(tree, ids, offsets, mask, cands, origins, window is not None, host)
+        ids, *parts = upload(step_mask.device, host, tree.depths, tree.anchors, tree.attend)  # one copy
+        offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len], parts)
+        return Layout(tree, ids[None], offsets, mask, cands, origins, window is not None, host)
 
     def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the

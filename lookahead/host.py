@@ -1,14 +1,35 @@
-"""What the host reads of a step's logits, in one device-to-host transfer.
+"""A step's traffic between host and device: one upload of its inputs, one read of its logits.
 
 Every read of a device tensor on the host (``.cpu()``, ``.tolist()``, ``.item()``) waits for
-the device to finish. A step needs three things from its logits: the argmax of every fed row
-(greedy verification and the window's next level read it) and, with a successor table, the
-top-k of every fed row. They are computed on the device and copied to the host together.
+the device to finish, and so does a copy from pageable host memory to the device. A step needs
+from its logits the argmax of every fed row (greedy verification and the window's next level
+read it) and, with a successor table, the top-k of every fed row: computed on the device and
+copied to the host together (``fetch``). Its inputs (token ids, the tree's depths, anchors and
+ancestry) go up together too, from pinned memory without waiting (``upload``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+
+def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
+    """The host arrays (any int or bool dtype) on ``device`` as int64 tensors of their shapes,
+    in one copy: pinned and non-blocking on CUDA, a view of the host memory on the CPU."""
+    device = torch.device(device)
+    flat = np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in arrays])
+    moved = torch.from_numpy(flat)
+    if device.type == "cuda":
+        moved = moved.pin_memory().to(device, non_blocking=True)
+    elif device.type != "cpu":
+        moved = moved.to(device)
+    out, at = [], 0
+    for a in arrays:
+        size = int(np.prod(np.shape(a), dtype=np.int64))
+        out.append(moved[at : at + size].view(np.shape(a)))
+        at += size
+    return out
 
 
 def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -64,23 +64,27 @@ class StepMask:
         self.device = device
         self.blocked = torch.finfo(dtype).min
 
-    def offsets(self, tree: GuessTree) -> torch.Tensor:
-        """Position of each input token minus the root's: long ``[q]``."""
-        depths = torch.from_numpy(tree.depths).to(self.device)
+    def offsets(self, tree: GuessTree, depths: torch.Tensor | None = None) -> torch.Tensor:
+        """Position of each input token minus the root's: long ``[q]`` (``depths``: the tree's,
+        already on the device, see :func:`lookahead.host.upload`)."""
+        if depths is None:
+            depths = torch.from_numpy(tree.depths).to(self.device)
         return torch.cat([self.head_offsets, depths])
 
-    def allowed(self, tree: GuessTree) -> torch.Tensor:
-        """Boolean ``[q, q]``: which step tokens each step token may attend."""
+    def allowed(self, tree: GuessTree, anchors=None, attend=None) -> torch.Tensor:
+        """Boolean ``[q, q]``: which step tokens each step token may attend (``anchors`` and
+        ``attend``: the tree's, already on the device)."""
         head = self.head_allowed
         n, t = head.shape[0], tree.size
         if t == 0:
             return head
-        anchors = torch.from_numpy(tree.anchors).to(self.device)
+        if anchors is None:
+            anchors, attend = (torch.from_numpy(a).to(self.device) for a in (tree.anchors, tree.attend))
         top = torch.cat([head, head.new_zeros(n, t)], dim=1)
-        bottom = torch.cat([head[anchors], torch.from_numpy(tree.attend).to(self.device)], dim=1)
+        bottom = torch.cat([head[anchors], attend.bool()], dim=1)
         return torch.cat([top, bottom], dim=0)
 
-    def build(self, tree: GuessTree, sizes: dict, past_keep: torch.Tensor):
+    def build(self, tree: GuessTree, sizes: dict, past_keep: torch.Tensor, parts: tuple | None = None):
         """Offsets and the mask(s) for the model.
 
         Args:
@@ -88,12 +92,14 @@ class StepMask:
             sizes: ``{name: (kv_offset, past_len)}``: the first cache index the group's
                 layers still hold, and the committed cache length.
             past_keep: bool ``[past_len]``, False at padding.
+            parts: the tree's ``(depths, anchors, attend)`` already on the device, or None.
 
         Returns:
             ``(offsets [q], mask)``: ``mask`` is ``[1, 1, q, kv]`` or a dict of them.
         """
-        offsets = self.offsets(tree)
-        allowed = self.allowed(tree)
+        depths, anchors, attend = parts if parts is not None else (None, None, None)
+        offsets = self.offsets(tree, depths)
+        allowed = self.allowed(tree, anchors, attend)
         masks = {}
         for name, window in self.groups.items():
             kv_offset, past_len = sizes[name]

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
 from lookahead.costmodel import CostCurve
+from lookahead.host import upload
 from lookahead.mask import attention_groups
 
 BUCKETS = (1, 4, 8, 16, 32, 64)
@@ -143,7 +145,7 @@ class StaticSteps:
         if moved:
             device = self.cache.layers[0].keys.device
             dst = torch.arange(past_len, past_len + k, device=device)
-            src = torch.tensor(keep, device=device) + past_len
+            src = upload(device, np.array(keep))[0] + past_len
         for layer in self.cache.layers:
             if not layer.is_initialized:
                 continue

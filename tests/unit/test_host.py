@@ -1,9 +1,12 @@
-"""One device-to-host transfer per step: the host reads a step's logits once (``lookahead.host``).
+"""One round trip per step: the host uploads a step's inputs once and reads its logits once
+(``lookahead.host``), plus one upload of the commit's index when the accepted path is not contiguous.
 
 On a GPU every ``.cpu()``, ``.tolist()``, ``.item()``, ``int()`` or ``bool()`` of a device tensor
-waits for the device. These tests run on the CPU, where no read waits, so they tell reads apart by
-where the tensor came from: the host tensors ``fetch`` returns (and their views) may be read
-freely; a read of any other tensor inside a decoding step is a transfer that a GPU would wait for.
+waits for the device, and so does a copy from pageable host memory. These tests run on the CPU,
+where nothing waits, so they tell reads apart by where the tensor came from: the host tensors
+``fetch`` returns (and their views) may be read freely; a read of any other tensor inside a
+decoding step is a transfer a GPU would wait for. Host data may reach the device only through
+``upload``: a ``torch.tensor`` or ``torch.from_numpy`` in the package during a step is another copy.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class Reads:
     """Counts, inside decoding steps, ``fetch`` calls and reads of tensors ``fetch`` did not return."""
 
     def __init__(self, monkeypatch):
-        self.fetches = self.steps = self.other = 0
+        self.fetches = self.steps = self.other = self.uploads = self.copies = 0
         self.where: list[str] = []
         self._host: set[int] = set()
         self._in_step = False
@@ -43,8 +46,22 @@ class Reads:
             self._host.update(t.untyped_storage().data_ptr() for t in (preds, top) if t is not None)
             return preds, top
 
+        real_upload = host.upload
+
+        def upload(device, *arrays):
+            self.uploads += self._in_step
+            inside, self._in_step = self._in_step, False
+            try:
+                return real_upload(device, *arrays)
+            finally:
+                self._in_step = inside
+
         for module in ("lookahead.decode", "lookahead.batch"):
             monkeypatch.setattr(f"{module}.fetch", fetch)
+        for module in ("lookahead.decode", "lookahead.batch", "lookahead.cache", "lookahead.static"):
+            monkeypatch.setattr(f"{module}.upload", upload)
+        for name in ("tensor", "from_numpy"):
+            monkeypatch.setattr(torch, name, self._made(getattr(torch, name), name))
         for name in READS:
             monkeypatch.setattr(torch.Tensor, name, self._counted(getattr(torch.Tensor, name), name))
         for cls in (Decoder, BatchDecoder):
@@ -58,6 +75,16 @@ class Reads:
             return real(tensor, *args, **kwargs)
 
         return read
+
+    def _made(self, real, name):
+        def make(*args, **kwargs):
+            caller = traceback.extract_stack(limit=2)[0]
+            if self._in_step and "/lookahead/" in caller.filename:
+                self.copies += 1
+                self.where.append(f"torch.{name} at {caller}")
+            return real(*args, **kwargs)
+
+        return make
 
     def _stepped(self, real):
         def step(decoder, *args):
@@ -84,7 +111,8 @@ def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation):
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == expected.tolist()
     assert reads.steps == stats.steps > 5 and stats.tokens_per_forward > 1.5
-    assert reads.fetches == reads.steps and reads.other == 0, reads.where[:5]
+    assert reads.fetches == reads.steps and reads.other == 0 and reads.copies == 0, reads.where[:5]
+    assert reads.steps <= reads.uploads <= 2 * reads.steps  # the inputs, and a moved path's index
 
 
 def test_a_batch_step_reads_its_logits_once(monkeypatch):
@@ -96,4 +124,5 @@ def test_a_batch_step_reads_its_logits_once(monkeypatch):
     got = lookahead.generate(model, ids, lookahead_config=lookahead.LookaheadConfig(adaptive=False), **kwargs)
     assert got.tolist() == expected.tolist()
     assert reads.steps > 3 and reads.fetches == reads.steps
-    assert reads.other == 0, reads.where[:5]
+    assert reads.other == 0 and reads.copies == 0, reads.where[:5]
+    assert reads.uploads == 2 * reads.steps  # the inputs, and the commit's counts with its index
