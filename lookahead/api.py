@@ -112,6 +112,8 @@ def generate(
     """
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator is not None:
+        _check_generator_device(model, generator)
     if lookahead_config is None:
         lookahead_config = LookaheadConfig()
     if not isinstance(lookahead_config, LookaheadConfig):
@@ -139,6 +141,21 @@ def generate(
         lookahead_generator=generator,
         **kwargs,
     )
+
+
+def _check_generator_device(model, generator: torch.Generator) -> None:
+    """The noise is drawn where the logits are (the output embedding's device): a generator
+    elsewhere would fail at the first sampled token, after the prefill."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    device = weight.device if weight is not None else next(model.parameters()).device
+    if generator.device.type != device.type or (
+        generator.device.index is not None and device.index is not None and generator.device.index != device.index
+    ):
+        raise ValueError(
+            f"generator is on {generator.device}, but the model's logits are on {device}: make it there, "
+            f"e.g. torch.Generator(device={str(device)!r}).manual_seed(seed)"
+        )
 
 
 def _check_pool(pool, config: LookaheadConfig) -> None:

@@ -155,6 +155,7 @@ def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS
     from transformers.cache_utils import DynamicCache
 
     device = next(model.parameters()).device
+    devices = {p.device for p in model.parameters()}  # a device_map spreads the forward over several
     vocab = model.config.vocab_size
     ids = (torch.arange(context + max(sizes), device=device) % vocab).expand(rows, -1)
     prefilled = DynamicCache(config=model.config)
@@ -167,18 +168,20 @@ def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS
             query = ids[:, context : context + k]
             positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
             cache = copy.deepcopy(prefilled)  # sliding layers cannot be cropped back
-            _sync(device)
+            synchronize(devices)
             started = time.perf_counter()
             model(input_ids=query, position_ids=positions, cache=cache, use_cache=True)
-            _sync(device)
+            synchronize(devices)
             if round_:
                 best[i] = min(best[i], time.perf_counter() - started)
     return CostCurve.from_times(sizes, best)
 
 
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def synchronize(devices) -> None:
+    """Wait for every CUDA device of ``devices`` (a forward over a device_map ends on the last)."""
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
 
 def _load(path: Path, key: str) -> CostCurve | None:

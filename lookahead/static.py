@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
-from lookahead.costmodel import CostCurve
+from lookahead.costmodel import CostCurve, synchronize
 from lookahead.host import upload
 from lookahead.mask import attention_groups
 
@@ -200,13 +200,14 @@ class StaticSteps:
         positions = torch.zeros((1, b), dtype=torch.long, device=device)
         # one tensor per kind, as real steps have (dynamo guards on whether two are one)
         masks = mask if list(groups) == [None] else {name: mask.clone() for name in groups}
+        devices = {p.device for p in self.model.parameters()}
         best = float("inf")
         for i in range(repeats + 1):
             self._reset(0)
-            _sync(device)
+            synchronize(devices)
             started = time.perf_counter()
             self._run(self.compiled, ids, positions, masks)
-            _sync(device)
+            synchronize(devices)
             if i:  # the first run compiles (or warms) the graph
                 best = min(best, time.perf_counter() - started)
         return best if repeats else 0.0
@@ -215,8 +216,3 @@ class StaticSteps:
         for layer in self.cache.layers:
             if layer.is_initialized:
                 layer.cumulative_length.fill_(length)
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -170,3 +170,21 @@ def test_prefilled_cache_refused(llama, held):
     llama(input_ids=torch.tensor([held]), cache=cache, use_cache=True)
     with pytest.raises(NotImplementedError, match="empty cache"):
         lookahead.generate(llama, torch.tensor([[5, 6, 7]]), max_new_tokens=4, cache=cache)
+
+
+def test_a_generator_on_another_device_than_the_logits_is_refused_before_the_prefill():
+    """The noise is drawn on the logits' device: a CPU generator for a model elsewhere (here
+    ``meta``, which runs nothing) is named before any forward, not at the first sampled token."""
+    config = tf.LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    with torch.device("meta"):
+        model = tf.LlamaForCausalLM(config).eval()
+    ids = torch.tensor([[3, 4, 5]], device="meta")
+    with pytest.raises(ValueError, match=r"generator is on cpu, but the model's logits are on meta"):
+        lookahead.generate(model, ids, do_sample=True, max_new_tokens=2, generator=torch.Generator())
