@@ -267,9 +267,11 @@ def custom_generate(
     static = _static_steps(model, input_ids, model_kwargs, generation_config, config)
     if static is not None:
         # compiled, the steps are priced by what each bucket measured (unless a curve was given,
-        # or the model is sharded: every rank must price alike)
-        measure = costs is not None and lookahead_costs is None and not distributed.is_sharded(model)
-        static.prepare(calibrate=measure)
+        # the model is sharded: every rank must price alike, or a batch: measured for one row)
+        rows = input_ids.shape[0]
+        measure = costs is not None and lookahead_costs is None and not distributed.is_sharded(model) and rows == 1
+        if rows == 1:  # a batch compiles each bucket at its first use
+            static.prepare(calibrate=measure)
         if costs is not None:
             costs = static.costs if measure and static.costs is not None else costs.bucketed(static.buckets)
     if input_ids.shape[0] > 1:
@@ -287,6 +289,7 @@ def custom_generate(
             costs=costs,
             pad=_pad_token(generation_config),
             pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
+            static=static,
         )
         return _output(generation_config, stats, started, sequences, scores, logits, None)
     if streamer is not None:
@@ -327,21 +330,14 @@ def _static_steps(model, input_ids, model_kwargs: dict, generation_config, confi
     given = model_kwargs.get("cache")
     if not isinstance(given, StaticCache):
         return None
-    if input_ids.shape[0] > 1:
-        warnings.warn(
-            "lookahead decodes batches on a DynamicCache for now (same tokens); the static cache "
-            "generate prepared is not used",
-            stacklevel=4,
-        )
-        model_kwargs["cache"] = DynamicCache(config=model.config)
-        return None
     longest = max(generation_config.max_length, generation_config.max_cache_len or 0)  # sized as generate sizes
-    cache = reusable_static_cache(model, longest + max(config.static_buckets))
+    room = max(max(config.static_buckets), config.widest_step)  # a step wider than every bucket runs as it is
+    cache = reusable_static_cache(model, longest + room, rows=input_ids.shape[0])
     model_kwargs["cache"] = cache
     compiled = None
     if model._valid_auto_compile_criteria({"cache": cache}, generation_config):
         compiled = model.get_compiled_call(generation_config.compile_config)
-    return StaticSteps(model, cache, compiled, config.static_buckets)
+    return StaticSteps(model, cache, compiled, config.static_buckets, room)
 
 
 def _output(generation_config, stats: LookaheadStats, started: float, sequences, scores, logits, cache):

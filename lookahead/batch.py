@@ -41,6 +41,7 @@ from lookahead.host import fetch, upload
 from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
 from lookahead.sequence import TokenSequence
+from lookahead.static import StaticSteps, bucket_for
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
 from lookahead.successors import SuccessorTable
@@ -145,6 +146,7 @@ class BatchDecoder:
         pad_after_stop: bool,
         keep_scores: bool,
         keep_logits: bool,
+        static: StaticSteps | None = None,
     ):
         self.model, self.config, self.rule, self.stats = model, config, rule, stats
         self.stopping_criteria = stopping_criteria
@@ -155,19 +157,28 @@ class BatchDecoder:
         self.adaptive = config.adaptive and config.method == "lookahead"
         self.pad, self.pad_after_stop = pad, pad_after_stop
         self.keep_scores, self.keep_logits = keep_scores, keep_logits
-        self.cache = DynamicCache()  # full-length layers: see the module docstring
+        # full-length layers: see the module docstring; on a static cache rows keep their slots
+        self.static = static
+        self.cache = static.cache if static is not None else DynamicCache()
         windows, _ = attention_groups(model, DynamicCache(config=model.config))
         self.groups = windows
         self.rows: list[Row] = []
         self.live: list[Row] = []  # the rows still decoded, in cache order
 
     def forward(self, **inputs) -> torch.Tensor:
+        return self._timed(
+            lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits,
+            inputs["input_ids"].shape[0],
+        )
+
+    def _timed(self, run, rows: int) -> torch.Tensor:
+        """``run()`` (a forward's logits), counted and timed in the stats."""
         started = time.perf_counter()
-        out = self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs)
+        logits = run()
         self.stats.forward_s += time.perf_counter() - started
         self.stats.forwards += 1
-        self.stats.row_forwards += inputs["input_ids"].shape[0]
-        return out.logits
+        self.stats.row_forwards += rows
+        return logits
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
         """Run the prompts, pick each row's first token, seed every row's planner."""
@@ -222,29 +233,41 @@ class BatchDecoder:
         return not self.live
 
     def step(self) -> None:
-        """One forward for every live row: propose, verify, append, commit."""
+        """One forward for every live row: propose, verify, append, commit. On a static cache
+        every row keeps its slot: a row that left feeds its last token, which nothing sees or
+        keeps, and the step is padded to a bucket."""
         live = self.live
+        rows = self.rows if self.static is not None else live
+        active = {id(row) for row in live}
         shape = self.controller.choose()
-        plans = [row.plan(shape, forced=self._forced(row)) for row in live]
+        plans = [
+            row.plan(shape, forced=self._forced(row)) if id(row) in active else row.plan(PLAIN, False) for row in rows
+        ]
         width = max(len(tokens) for _, tokens in plans)
+        if self.static is not None:
+            width = bucket_for(width, self.static.buckets)
         host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
         trees = [(t.depths, t.anchors, t.attend) for t in (layout.tree for layout, _ in plans)] if width > 1 else []
         ids, *parts = upload(self.position.device, host_ids, *(a for tree in trees for a in tree))  # one copy
-        offsets, allowed = self._shapes(live, plans, width, parts)
+        offsets, allowed = self._shapes(rows, plans, width, parts)
         mask = batch_masks(
             offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups, self.model.dtype
         )
-        logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=self.position[:, None] + offsets)
+        positions = self.position[:, None] + offsets
+        if self.static is not None:
+            logits = self._timed(lambda: self.static.run_rows(ids, positions, mask), len(live))
+        else:
+            logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=positions)
         table = live[0].planner.successors  # the rows share one
         preds, top = fetch(logits, table.k if table is not None else 0)  # one transfer for all rows
         if top is not None:  # what each row fed, not its filler
             for i, (_, tokens) in enumerate(plans):
                 table.record(host_ids[i, : len(tokens)], top[i, : len(tokens)].numpy())
         accepted = [
-            self._accept(row, layout, len(tokens), logits[i], preds[i], shape)
-            for i, (row, (layout, tokens)) in enumerate(zip(live, plans))
+            self._accept(row, layout, len(tokens), logits[i], preds[i], shape) if id(row) in active else []
+            for i, (row, (layout, tokens)) in enumerate(zip(rows, plans))
         ]
-        decoding = [len(k) for k, row in zip(accepted, live) if not self._forced(row)]
+        decoding = [len(k) for k, row in zip(accepted, rows) if id(row) in active and not self._forced(row)]
         if decoding:  # rows that only feed pads to report scores tell nothing about guesses
             self.controller.record(shape, sum(decoding) / len(decoding), float(width))
         self._commit(accepted)
@@ -303,7 +326,8 @@ class BatchDecoder:
         self.position = self.position + counts
         self.host_position = self.host_position + np.array([len(k) for k in accepted])  # as counts
         held = self.past_keep.shape[1]
-        if held > 64 and 2 * int(self.host_position.max()) < held:
+        full = self.static is not None and held + self.static.room > self.static.max_len
+        if full or (held > 64 and 2 * int(self.host_position.max()) < held):
             self._close_holes()
 
     def _close_holes(self) -> None:
@@ -336,7 +360,8 @@ class BatchDecoder:
         return horizon is None or row.generated < horizon
 
     def _retire(self) -> None:
-        """Drop rows that need no more tokens from the batch and the cache."""
+        """Drop rows that need no more tokens from the batch and the cache (from the batch only on
+        a static cache, whose shapes stay)."""
         stops = [row.stop_at for row in self.rows]
         horizon = max(stops) if None not in stops else None
         staying = [i for i, row in enumerate(self.live) if self._needs_more(row, horizon)]
@@ -346,7 +371,7 @@ class BatchDecoder:
             if not self._forced(self.live[i]):  # a forced row released its rule when it stopped
                 self.live[i].planner.rule.release()
         self.live = [self.live[i] for i in staying]
-        if not staying:
+        if not staying or self.static is not None:  # a static cache keeps every row's slot
             return
         index = torch.tensor(staying, device=self.position.device)
         for layer in self.cache.layers:
@@ -395,13 +420,25 @@ def batch_decode(
     costs: CostCurve | None = None,
     pad: int | None = None,
     pad_after_stop: bool = False,
+    static: StaticSteps | None = None,
 ):
     """Generate after the left-padded ``input_ids`` (``[B, n]``) until every row stopped.
 
     Returns ``(sequences, scores, logits)`` as :meth:`BatchDecoder.outputs` lays them out.
     """
     decoder = BatchDecoder(
-        model, config, rule, stats, stopping_criteria, pool, costs, pad, pad_after_stop, keep_scores, keep_logits
+        model,
+        config,
+        rule,
+        stats,
+        stopping_criteria,
+        pool,
+        costs,
+        pad,
+        pad_after_stop,
+        keep_scores,
+        keep_logits,
+        static,
     )
     decoder.prefill(input_ids, attention_mask)
     while not decoder.done:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
 
 from lookahead.host import upload
 
@@ -75,14 +75,14 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int]) -
         layer.values = layer.values[:, :, begin:end]
 
 
-def commit_rows(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
+def commit_rows(cache, past_len: int, keep: torch.Tensor) -> None:
     """Batch commit: row r keeps its step entries ``keep[r]`` (long ``[B, m]``) after the
     common prefix of ``past_len`` entries; every layer ends ``past_len + m`` long.
 
     Rows that accepted fewer than m tokens repeat an index to fill their row: those entries
-    are holes, which the caller marks as never visible. Only full-attention layers
-    (``DynamicLayer``) are supported here: sliding layers drop entries by index, and holes
-    would make them drop visible ones.
+    are holes, which the caller marks as never visible. Only full-length layers
+    (``DynamicLayer``, ``StaticLayer``) are supported here: sliding layers drop entries by
+    index, and holes would make them drop visible ones.
     """
     m = keep.shape[1]
     for layer in cache.layers:
@@ -90,21 +90,29 @@ def commit_rows(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
         index = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
         layer.keys[:, :, past_len : past_len + m] = layer.keys.gather(2, index)
         layer.values[:, :, past_len : past_len + m] = layer.values.gather(2, index)
-        layer.keys = layer.keys[:, :, : past_len + m]
-        layer.values = layer.values[:, :, : past_len + m]
+    trim_rows(cache, past_len + m)
 
 
-def trim_rows(cache: DynamicCache, length: int) -> None:
+def trim_rows(cache, length: int) -> None:
     """Cut every layer to its first ``length`` entries (a batch step whose rows all kept
-    their first nodes: those sit where a commit would move them)."""
+    their first nodes: those sit where a commit would move them). A static layer keeps its
+    buffer and moves its counter: what lies beyond is overwritten by later steps."""
     for layer in cache.layers:
-        layer.keys = layer.keys[:, :, :length]
-        layer.values = layer.values[:, :, :length]
+        if isinstance(layer, StaticLayer):
+            layer.cumulative_length.fill_(length)
+        else:
+            layer.keys = layer.keys[:, :, :length]
+            layer.values = layer.values[:, :, :length]
 
 
-def gather_rows(cache: DynamicCache, index: torch.Tensor) -> None:
+def gather_rows(cache, index: torch.Tensor) -> None:
     """Replace every layer's entries by ``entries[r, :, index[r]]`` (long ``[B, L']``)."""
     for layer in cache.layers:
         full = index.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-        layer.keys = layer.keys.gather(2, full)
-        layer.values = layer.values.gather(2, full)
+        keys, values = layer.keys.gather(2, full), layer.values.gather(2, full)
+        if isinstance(layer, StaticLayer):  # in place: a static buffer keeps its address
+            layer.keys[:, :, : index.shape[1]] = keys
+            layer.values[:, :, : index.shape[1]] = values
+        else:
+            layer.keys, layer.values = keys, values
+    trim_rows(cache, index.shape[1])

@@ -111,6 +111,14 @@ class LookaheadConfig:
         return 1 if self.method == "jacobi" else self.ngram - 1
 
     @property
+    def widest_step(self) -> int:
+        """The most tokens one step can feed: root, window, and every guess row unmerged."""
+        if self.method == "jacobi":
+            return 1 + self.window
+        rows = (self.guesses if self.uses_pool else 0) + (self.successors if self.uses_successors else 0)
+        return 1 + self.levels * self.window + rows * (self.ngram - 1) + (self.copy_length if self.uses_copy else 0)
+
+    @property
     def uses_pool(self) -> bool:
         return self.method == "lookahead" and self.guesses > 0
 

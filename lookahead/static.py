@@ -47,14 +47,14 @@ def full_static_cache(model, max_len: int) -> StaticCache:
 ROUND = 256  # cache lengths are rounded up to this, so requests of similar lengths share shapes
 
 
-def reusable_static_cache(model, need: int) -> StaticCache:
+def reusable_static_cache(model, need: int, rows: int = 1) -> StaticCache:
     """The model's lookahead cache from an earlier call, emptied, when it holds ``need`` entries
     and matches the model's dtype and device; else a new one of ``need`` rounded up to ``ROUND``,
     kept on the model (``model._lookahead_cache``) as ``generate`` keeps its own ``_cache``: a
     compiled forward is specialised to the cache's shape, so a new shape means new graphs."""
     cache = getattr(model, "_lookahead_cache", None)
     param = next(model.parameters())
-    if cache is not None and cache.layers[0].max_cache_len >= need and _fits(cache, param):
+    if cache is not None and cache.layers[0].max_cache_len >= need and _fits(cache, param, rows):
         for layer in cache.layers:
             if layer.is_initialized:
                 layer.cumulative_length.fill_(0)  # stale entries stay: every step's mask hides them
@@ -64,9 +64,11 @@ def reusable_static_cache(model, need: int) -> StaticCache:
     return cache
 
 
-def _fits(cache: StaticCache, param: torch.Tensor) -> bool:
+def _fits(cache: StaticCache, param: torch.Tensor, rows: int) -> bool:
     layer = cache.layers[0]
-    return not layer.is_initialized or (layer.keys.dtype == param.dtype and layer.keys.device == param.device)
+    if not layer.is_initialized:
+        return True
+    return layer.keys.dtype == param.dtype and layer.keys.device == param.device and layer.keys.shape[0] == rows
 
 
 def bucket_for(q: int, buckets: tuple[int, ...]) -> int:
@@ -83,14 +85,19 @@ class StaticSteps:
         compiled: the forward to use for bucketed steps (``model.get_compiled_call(...)``), or
             ``None`` for the eager ``model``.
         buckets: step sizes a compiled forward is built for.
+        room: the widest step the decoder may feed (``LookaheadConfig.widest_step``, at least
+            the largest bucket): a batch gathers its holes away before they would leave less.
     """
 
-    def __init__(self, model, cache: StaticCache, compiled=None, buckets: tuple[int, ...] = BUCKETS):
+    def __init__(
+        self, model, cache: StaticCache, compiled=None, buckets: tuple[int, ...] = BUCKETS, room: int | None = None
+    ):
         self.model = model
         self.cache = cache
         self.compiled = compiled
         self.buckets = tuple(sorted(buckets))
         self.max_len = cache.layers[0].max_cache_len
+        self.room = room if room is not None else max(self.buckets)  # the widest step that may come
         self.graphs: set[int] = set()  # the bucket sizes run through the compiled forward
         # buckets already traced for this cache's shapes, and their measured costs (kept with the cache)
         self.warm: set[int] = cache.__dict__.setdefault("_lookahead_warm", set())
@@ -117,6 +124,25 @@ class StaticSteps:
             forward = self.compiled
             self.graphs.add(b)
         return self._run(forward, ids, positions, full).logits[0, :q]
+
+    def run_rows(self, ids: torch.Tensor, positions: torch.Tensor, mask) -> torch.Tensor:
+        """A batch step: logits ``[B, b, V]`` of ``ids`` (long ``[B, b]``, already padded to a
+        bucket) under ``mask`` (``[B, 1, b, L + b]`` or a dict of them), its keys padded to the
+        cache's length; compiled when ``b`` is a bucket."""
+        b = ids.shape[1]
+        full = {name: self._span(m) for name, m in mask.items()} if isinstance(mask, dict) else self._span(mask)
+        forward = self.compiled if self.compiled is not None and b in self.buckets else self.model
+        if forward is self.compiled:
+            self.graphs.add(b)
+        return self._run(forward, ids, positions, full).logits
+
+    def _span(self, mask: torch.Tensor) -> torch.Tensor:
+        """``mask`` with its key axis padded to the whole cache, the extra keys blocked."""
+        full = torch.full(
+            (*mask.shape[:-1], self.max_len), torch.finfo(mask.dtype).min, dtype=mask.dtype, device=mask.device
+        )
+        full[..., : mask.shape[-1]] = mask
+        return full
 
     def _run(self, forward, ids: torch.Tensor, positions: torch.Tensor, mask):
         return forward(

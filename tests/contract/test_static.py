@@ -7,14 +7,16 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from test_batch import eos_ending_rows
 from transformers import CompileConfig
 from transformers.cache_utils import StaticCache, StaticLayer
 
 import lookahead
 from lookahead import testing
+from lookahead.batch import BatchDecoder
 from lookahead.static import ROUND, StaticSteps, bucket_for, full_static_cache
 
-from strategies import eos_ids, max_new_tokens, prompts
+from strategies import batch_rows, eos_ids, max_new_tokens, prompts
 from tiny_models import CASES, left_pad, tiny_model
 
 configs = testing.configs(max_window=6, max_ngram=5, max_guesses=6)
@@ -84,7 +86,8 @@ def test_steps_run_at_bucket_sizes_on_a_full_length_static_cache(family):
         hook.remove()
     cache = out.past_key_values
     assert isinstance(cache, StaticCache) and all(type(layer) is StaticLayer for layer in cache.layers)
-    assert cache.layers[0].max_cache_len >= ids.shape[1] + 40 + 48 and cache.layers[0].max_cache_len % ROUND == 0
+    room = max(48, config.widest_step)
+    assert cache.layers[0].max_cache_len >= ids.shape[1] + 40 + room and cache.layers[0].max_cache_len % ROUND == 0
     steps = widths[1:]
     assert len(steps) == stats.steps and set(steps) <= {1, 4, 8, 16, 48} and len(set(steps)) > 1
     assert stats.tokens_per_forward > 1.5  # not vacuous: guesses held on repeating text
@@ -194,14 +197,54 @@ def test_a_later_call_reuses_the_cache_when_it_is_long_enough():
     )
 
 
-def test_a_batch_with_a_static_cache_warns_and_decodes_on_a_dynamic_one():
+@given(
+    case=st.sampled_from(CASES),
+    rows=batch_rows(max_rows=4),
+    config=configs,
+    new=st.integers(1, 32),
+    picks=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 31)), max_size=2),
+    seed=st.none() | st.integers(0, 2**16),
+)
+def test_a_batch_equals_static_generate(case, rows, config, new, picks, seed):
+    """Left-padded batches on the static cache, rows ending at EOS or not, greedy or seeded:
+    ``generate``'s static-cache batch, token for token."""
+    model = tiny_model(*case)
+    ids, mask = left_pad(rows)
+    kwargs = dict(
+        attention_mask=mask,
+        max_new_tokens=new,
+        pad_token_id=0,
+        eos_token_id=eos_ending_rows(model, ids, mask, new, picks),
+        cache_implementation="static",
+        do_sample=seed is not None,
+    )
+    torch.manual_seed(seed or 0)
+    expected = model.generate(ids, **kwargs)
+    torch.manual_seed(seed or 0)
+    assert lookahead.generate(model, ids, lookahead_config=config, **kwargs).tolist() == expected.tolist()
+
+
+def test_a_static_batch_keeps_every_row_and_gathers_its_holes_when_full(monkeypatch):
+    """A batch on the static cache keeps all its rows in the cache (a finished row feeds a
+    token nothing sees), and when holes would overflow the buffer they are gathered away."""
+    import lookahead.static as static
+
+    monkeypatch.setattr(static, "ROUND", 1)  # a cache of exactly what the request needs
     model = tiny_model("llama", "sdpa")
-    ids, mask = left_pad([[5, 6, 7, 8] * 3, [9, 4, 11]])
-    kwargs = dict(attention_mask=mask, max_new_tokens=16, eos_token_id=None, pad_token_id=0)
-    expected = static_generate(model, ids, **kwargs)
-    with pytest.warns(UserWarning, match="batches on a DynamicCache"):
-        got = lookahead.generate(model, ids, cache_implementation="static", **kwargs)
-    assert got.tolist() == expected.tolist()
+    model.__dict__.pop("_lookahead_cache", None)
+    ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 3, [3, 4], [10, 11, 12] * 4])
+    kwargs = dict(attention_mask=mask, max_new_tokens=60, pad_token_id=0, cache_implementation="static")
+    eos = eos_ending_rows(model, ids, mask, 60, [(1, 5)])
+    closes, real = [], BatchDecoder._close_holes
+    monkeypatch.setattr(BatchDecoder, "_close_holes", lambda self: (closes.append(1), real(self)))
+    config = lookahead.LookaheadConfig(adaptive=False, window=2, ngram=3, static_buckets=(1, 8, 16))
+    got = lookahead.generate(model, ids, lookahead_config=config, eos_token_id=eos, **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, eos_token_id=eos, **kwargs).tolist()
+    cache = model._lookahead_cache
+    assert (
+        cache.layers[0].keys.shape[0] == 3 and cache.layers[0].max_cache_len == ids.shape[1] + 60 + config.widest_step
+    )
+    assert closes
 
 
 def test_bucket_for_and_bucket_validation():

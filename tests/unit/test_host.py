@@ -115,10 +115,17 @@ def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation):
     assert reads.steps <= reads.uploads <= 2 * reads.steps  # the inputs, and a moved path's index
 
 
-def test_a_batch_step_reads_its_logits_once(monkeypatch):
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_a_batch_step_reads_its_logits_once(monkeypatch, cache_implementation):
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 4, [3, 4, 5, 6, 7] * 3, [10, 11, 12] * 4])
-    kwargs = dict(attention_mask=mask, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    kwargs = dict(
+        attention_mask=mask,
+        max_new_tokens=24,
+        eos_token_id=None,
+        pad_token_id=0,
+        cache_implementation=cache_implementation,
+    )
     expected = model.generate(ids, do_sample=False, **kwargs)
     reads = Reads(monkeypatch)
     got = lookahead.generate(model, ids, lookahead_config=lookahead.LookaheadConfig(adaptive=False), **kwargs)
