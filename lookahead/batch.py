@@ -32,11 +32,12 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
+from lookahead.batch_rows import ForcedPad, Row, RowView
 from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
-from lookahead.controller import COPY, FULL, PLAIN, ShapeController
+from lookahead.controller import PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.decode import ROOT_ONLY, Decoder, Layout
+from lookahead.decode import Decoder, Layout
 from lookahead.host import fetch, upload
 from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
@@ -45,82 +46,7 @@ from lookahead.static import StaticSteps, bucket_for
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
 from lookahead.successors import SuccessorTable
-from lookahead.tree import GuessTree
-from lookahead.verify import Pick, walk
-
-_NO_CHAIN = np.zeros(0, dtype=np.int64)
-PAD_RUN = 4  # pad tokens a finished row feeds per step when its scores are reported
-
-
-class ForcedPad:
-    """The rule of a finished row whose scores are reported: ``rule``'s scores, the pad token."""
-
-    def __init__(self, rule, pad: int):
-        self.rule, self.pad = rule, pad
-
-    def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
-        self.rule.start(logits, preds)
-
-    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
-        pick = self.rule.report(node, sequence)  # draws no noise: generate's pad rows emit nothing
-        return Pick(self.pad, pick.logits, pick.scores)
-
-    def release(self) -> None:
-        self.rule.release()
-
-
-class RowView:
-    """A batch-wide logits processor list or stopping criteria list, applied to one row.
-
-    ``generate`` calls them on the whole batch, and some keep per-row state indexed by the
-    row's place in it (the repetition penalty's padding lengths, ``prefix_allowed_tokens_fn``'s
-    batch id). A row decoded on its own is copied into every one of the ``rows`` slots, so
-    whatever they index by reads this row's place, and the row's own answer is kept.
-    """
-
-    def __init__(self, fn, row: int, rows: int):
-        self.fn, self.row, self.rows = fn, row, rows
-
-    def __iter__(self):  # a list of one criterion that is neither a length nor an EOS check
-        return iter([self])
-
-    def __bool__(self) -> bool:
-        return bool(self.fn)
-
-    def __call__(self, ids: torch.Tensor, scores: torch.Tensor):
-        # scores are never None here: criteria get the raw row when no processor ran
-        return self.fn(ids.expand(self.rows, -1), scores.repeat(self.rows, 1))[self.row : self.row + 1]
-
-
-class Row:
-    """One prompt of the batch: its sequence, its planner and where it stands.
-
-    ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
-    """
-
-    def __init__(self, seq: TokenSequence, planner: Decoder, prompt_len: int, start: int):
-        self.seq = seq
-        self.planner = planner
-        self.prompt_len = prompt_len
-        self.start = start  # the first real token (after the left padding)
-        self.stop_at: int | None = None
-
-    @property
-    def generated(self) -> int:
-        return len(self.seq.tokens) - self.prompt_len
-
-    def plan(self, shape: str, forced: bool):
-        """This step's layout (ids None) and input tokens."""
-        if forced:
-            pads = np.full((1, PAD_RUN), self.planner.rule.pad, dtype=np.int64)
-            tree = GuessTree.build(_NO_CHAIN, 1, pads)
-            return Layout(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
-        if shape == PLAIN:
-            return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
-        window = self.planner.window if shape == FULL else None
-        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=True, copy_only=shape == COPY)
-        cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
-        return Layout(tree, None, None, None, cands, origins, window is not None), tokens
+from lookahead.verify import walk
 
 
 class BatchDecoder:

@@ -18,7 +18,8 @@ from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
 from lookahead import testing
-from lookahead.batch import PAD_RUN, BatchDecoder
+from lookahead.batch import BatchDecoder
+from lookahead.batch_rows import PAD_RUN
 from lookahead.costmodel import CostCurve
 from lookahead.verify import GreedyRule
 
