@@ -16,11 +16,10 @@ import json
 import sys
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 import lookahead
 from lookahead.bench.prompts import humaneval_prompts
-from lookahead.race import TIE_GAP, race_gap
+from lookahead.race import TIE_GAP, race_gap, warpers
 
 
 def main(argv=None) -> int:
@@ -37,9 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok = lookahead.load_default_model()
-    processors = LogitsProcessorList([TemperatureLogitsWarper(args.temperature)])
-    if args.top_p < 1.0:
-        processors.append(TopPLogitsWarper(args.top_p))
+    processors = warpers(args.temperature, args.top_p)
     kwargs = dict(
         do_sample=True,
         max_new_tokens=args.max_new_tokens,

@@ -20,6 +20,19 @@ import torch
 TIE_GAP = 1e-4
 
 
+def warpers(temperature: float = 1.0, top_p: float = 1.0):
+    """The processors ``generate`` builds for ``temperature`` and ``top_p`` (none at 1.0):
+    the distribution a sampled token is drawn from."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+    processors = LogitsProcessorList()
+    if temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    return processors
+
+
 def replay_noise(seed: int, step: int, rows: int, row: int, vocab: int, device="cpu") -> torch.Tensor:
     """Row ``row`` of block ``step`` of ``generate``'s noise after ``torch.manual_seed(seed)``,
     for a batch of ``rows`` (``[V]`` float32): the ``q`` its step ``step`` divided by."""

@@ -68,15 +68,10 @@ class Settings:
         return kwargs
 
     def warpers(self):
-        """The processors ``generate`` builds for this sampling request (what the race samples from)."""
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+        """The processors ``generate`` builds for this sampling request."""
+        from lookahead.race import warpers
 
-        warpers = LogitsProcessorList()
-        if self.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(self.temperature))
-        if self.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(self.top_p))
-        return warpers
+        return warpers(self.temperature, self.top_p)
 
     def lookahead_config(self, method: str):
         import lookahead

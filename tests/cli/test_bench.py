@@ -170,7 +170,8 @@ def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkey
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
-def test_sample_mode_skips_exactness(tiny_model_dir, prompt_file, tmp_path):
+def test_sample_mode_leaves_prompt_lookup_unchecked(tiny_model_dir, prompt_file, tmp_path):
+    """Prompt lookup's speculative sampling does not replay generate's random stream: not compared."""
     out = tmp_path / "s.json"
     argv = bench(
         tiny_model_dir,
@@ -349,3 +350,12 @@ def test_bench_json_dash_writes_the_document_to_stdout(tiny_model_dir, prompt_fi
     doc = json.loads(out)  # stdout holds the document alone; the table went to stderr
     assert doc["config"]["command"] == "bench" and set(doc["methods"]) == {"greedy", "lookahead"}
     assert "exactness: every method produced exactly greedy's tokens" in err
+
+
+def test_bench_sample_checks_lookahead_against_seeded_generate(tiny_model_dir, prompt_file, tmp_path):
+    """With ``--sample`` the seed-exact methods are compared token for token: 0 mismatches, not null."""
+    out = tmp_path / "sampled.json"
+    argv = bench(tiny_model_dir, prompt_file, "--methods", "lookahead", "--sample", "--limit", "2", "--json", str(out))
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["methods"]["lookahead"]["mismatches"] == 0 and doc["methods"]["greedy"]["mismatches"] == 0

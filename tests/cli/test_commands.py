@@ -263,3 +263,18 @@ def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
     assert cli.main(argv) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"lookahead {argv[0]}: error: ") and message in err and err.count("\n") == 1
+
+
+def test_generate_compare_sampled_is_token_for_token_seeded_generate(tiny_dir, capsys):
+    """``generate --compare --sample``: both decodings run under ``--seed``; seeded sampling is
+    ``generate``'s, so the ids are identical and the exit status is 0."""
+    argv = ["generate", "--model", str(tiny_dir), "--max-new-tokens", "24", "--compare", "--sample", "--seed", "5"]
+    assert cli.main([*argv, "--temperature", "1.2", "--json", "-", "abcabcab"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["compare"]["identical"] is True and rec["compare"]["race_gap"] is None
+
+
+def test_check_sample_passes_on_a_tiny_model(tiny_dir, capsys):
+    argv = ["check", "--model", str(tiny_dir), "--examples", "5", "--max-new-tokens", "10", "--sample"]
+    assert cli.main(argv) == 0
+    assert "seeded model.generate(do_sample=True) token for token" in capsys.readouterr().out
