@@ -1,11 +1,12 @@
 """Lookahead steps on a ``StaticCache``: fixed shapes, so the forward can be compiled once per bucket.
 
-A static layer preallocates ``[1, H, M, D]`` and writes a forward's q entries at its own
+A static layer preallocates ``[B, H, M, D]`` and writes a forward's q entries at its own
 counter (``cumulative_length``) plus ``arange(q)``. A step therefore runs with the counter at
 the committed length L, and writes ``[root | window | draft | filler]`` at ``L .. L+b-1``. The
 commit copies the accepted nodes' entries down to ``L .. L+k-1`` (one ``index_copy_`` per
 layer, none when they already sit there) and sets the counter to ``L + k``; what lies beyond
-stays in the buffer, masked, until a later step overwrites it.
+stays in the buffer, masked, until a later step overwrites it. (A batch commits its rows the
+same way, with holes: ``lookahead.cache.commit_rows`` moves the counter of a static layer.)
 
 Every layer is a full-length ``StaticLayer``, sliding-window ones included: a static sliding
 layer is a ring buffer, which cannot roll a step back, so windows are applied by position in
@@ -13,7 +14,7 @@ the mask (as the batch decoder does).
 
 A step of q tokens is padded to the smallest bucket b >= q (1, 4, 8, 16, 32, 64 by default)
 with filler tokens that see only themselves, so a compiled forward (``dynamic=False``) meets
-one shape per bucket. The mask always spans the whole cache: ``[1, 1, b, M]``::
+one shape per bucket. The mask always spans the whole cache: ``[B, 1, b, M]``::
 
     keys:   0 .. L-1      L .. L+q-1   L+q .. L+b-1   L+b .. M-1
     step    committed     the step's   (filler)       stale / free
