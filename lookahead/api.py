@@ -272,6 +272,8 @@ def custom_generate(
         measure = costs is not None and lookahead_costs is None and not distributed.is_sharded(model) and rows == 1
         if rows == 1:  # a batch compiles each bucket at its first use
             static.prepare(calibrate=measure)
+            stats.compiled_graphs += sorted(static.graphs)
+            stats.warmup_s += static.warmup_s
         if costs is not None:
             costs = static.costs if measure and static.costs is not None else costs.bucketed(static.buckets)
     if input_ids.shape[0] > 1:

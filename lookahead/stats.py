@@ -27,6 +27,9 @@ class LookaheadStats:
         forward_s: seconds spent inside the model's forward (prefill included).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.
         fallback: True when the call ran plain ``model.generate`` instead.
+        compiled_graphs: on a compiled static cache, the bucket sizes this call traced (and
+            timed) before its prefill: none when an earlier call on the same cache did.
+        warmup_s: seconds that took (outside ``forward_s``, inside ``total_s``).
     """
 
     forwards: int = 0
@@ -44,6 +47,8 @@ class LookaheadStats:
     forward_s: float = 0.0
     total_s: float = 0.0
     fallback: bool = False
+    compiled_graphs: list[int] = field(default_factory=list)
+    warmup_s: float = 0.0
 
     @property
     def tokens_per_forward(self) -> float:

@@ -173,9 +173,13 @@ def test_compiled_buckets_are_timed_once_into_the_curve_that_prices_steps(monkey
     ids = torch.tensor([[5, 6, 7, 8] * 3])
     config = lookahead.LookaheadConfig(static_buckets=(1, 8, 32))
     kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0, cache_implementation="static")
-    for _ in range(2):
-        got = lookahead.generate(model, ids, lookahead_config=config, compile_config=compile_config, **kwargs)
+    runs = [lookahead.LookaheadStats(), lookahead.LookaheadStats()]
+    for stats in runs:
+        got = lookahead.generate(
+            model, ids, lookahead_config=config, compile_config=compile_config, lookahead_stats=stats, **kwargs
+        )
         assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert runs[0].compiled_graphs == [1, 8, 32] and runs[0].warmup_s > 0 and runs[1].compiled_graphs == []
     assert priced[0].sizes == (1, 8, 32) and priced[0].unit_s > 0 and priced[1] is priced[0]
 
 
