@@ -41,165 +41,15 @@ import json
 import math
 import os
 import sys
-import sysconfig
 import time
-from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "lookahead" / "models" / "pycoder-tiny"
-EXCLUDED_DIRS = {"test", "tests", "idle_test", "testing", "__pycache__", "site-packages"}
-HELD_OUT_DIRS = {"test", "tests", "idle_test"}
-# Permissively licensed pure-Python packages that the project's own dependencies install;
-# small utility code with documented functions first.  Licences land in the manifest.
-EXTRA_PACKAGES = [
-    "numpy", "click", "networkx", "sortedcontainers", "dateutil", "packaging", "pyparsing",
-    "jinja2", "werkzeug", "jmespath", "requests", "idna", "rich", "mpmath",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_corpus import EXTRA_PACKAGES, build_corpus, heldout_test_docs  # noqa: E402
+
 SPECIAL = ["<|endoftext|>", "<|bos|>", "<|pad|>"]
-
-
-# --------------------------------------------------------------------------------------------
-# corpus
-# --------------------------------------------------------------------------------------------
-def _py_files(root: Path, exclude: set[str]) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in exclude)
-        for f in sorted(filenames):
-            if f.endswith(".py"):
-                out.append(Path(dirpath) / f)
-    return sorted(out)
-
-
-def _read(p: Path) -> str | None:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError):
-        return None
-    return text if text.strip() else None
-
-
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def function_score(text: str, max_lines: int = 40) -> float:
-    """Share of a file's lines that lie in short documented functions, in [0.2, 1].
-
-    HumanEval-style requests are a signature, a docstring and a short body; files made of such
-    functions (the stdlib, small utility packages) teach that, while framework internals,
-    generated tables and long dispatch functions teach little of it.  The floor keeps every
-    file in the mix (imports, classes and module layout are worth seeing too).
-    """
-    import ast
-
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
-        return 0.2
-    total = max(1, text.count("\n") + 1)
-    covered = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            n = (node.end_lineno or node.lineno) - node.lineno + 1
-            if n <= max_lines and ast.get_docstring(node):
-                covered.update(range(node.lineno, node.lineno + n))
-    return min(1.0, max(0.2, len(covered) / total))
-
-
-def _dedup_key(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(" ".join(text.split()).encode()).hexdigest()
-
-
-def build_corpus(extra_packages: list[str], val_every: int):
-    """Return (train_docs, val_docs, manifest). Docs are (label, text, weight) in sorted order.
-
-    Files whose whitespace-normalised text was already seen (vendored copies, templates) are
-    dropped; ``weight`` is :func:`function_score`.
-    """
-    sources = [("stdlib", stdlib_root(), _py_files(stdlib_root(), EXCLUDED_DIRS))]
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    for pkg in extra_packages:
-        root = purelib / pkg
-        if not root.is_dir():
-            raise SystemExit(f"extra package {pkg!r} not found under {purelib}")
-        sources.append((pkg, root, _py_files(root, EXCLUDED_DIRS)))
-    train, val, manifest = [], [], {"sources": []}
-    seen: set[str] = set()
-    i = 0
-    for name, root, files in sources:
-        entry = {"name": name, "root": str(root), "files": [], "duplicates_dropped": 0}
-        if name == "stdlib":
-            entry["version"] = sys.version.split()[0]
-            entry["license"] = "PSF-2.0 (Python Software Foundation License)"
-        else:
-            dist = _dist_for(name)
-            entry["version"] = dist.version if dist else "unknown"
-            entry["license"] = _license_of(dist) if dist else "unknown"
-        for p in files:
-            text = _read(p)
-            if text is None:
-                continue
-            key = _dedup_key(text)
-            if key in seen:
-                entry["duplicates_dropped"] += 1
-                continue
-            seen.add(key)
-            rel = f"{name}/{p.relative_to(root).as_posix()}"
-            weight = function_score(text)
-            is_val = i % val_every == val_every - 1
-            (val if is_val else train).append((rel, text, weight))
-            entry["files"].append(
-                {"path": rel, "bytes": len(text.encode()), "split": "val" if is_val else "train", "weight": round(weight, 3)}
-            )
-            i += 1
-        manifest["sources"].append(entry)
-    return train, val, manifest
-
-
-def heldout_test_docs(max_files: int | None = None):
-    """The stdlib test folders (never trained on), sorted."""
-    root = stdlib_root()
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in {"__pycache__", "site-packages"})
-        parts = set(Path(dirpath).relative_to(root).parts)
-        if parts & HELD_OUT_DIRS:
-            files += [Path(dirpath) / f for f in filenames if f.endswith(".py")]
-    docs = []
-    for p in sorted(files):
-        t = _read(p)
-        if t is not None:
-            docs.append((p.relative_to(root).as_posix(), t))
-    return docs[:max_files] if max_files else docs
-
-
-def _dist_for(pkg: str):
-    names = metadata.packages_distributions().get(pkg, [])
-    if names:
-        return metadata.distribution(names[0])
-    for d in metadata.distributions():
-        try:
-            top = (d.read_text("top_level.txt") or "").split()
-        except Exception:
-            top = []
-        if pkg in top or (d.metadata["Name"] or "").lower().replace("-", "_") == pkg.lower():
-            return d
-    return None
-
-
-def _license_of(dist) -> str:
-    md = dist.metadata
-    if md.get("License-Expression"):
-        return md["License-Expression"]
-    lic = md.get("License") or ""
-    if lic and len(lic) < 80:
-        return lic
-    cls = [c.split("::")[-1].strip() for c in md.get_all("Classifier") or [] if c.startswith("License")]
-    return ", ".join(cls) or "see package metadata"
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,7 +293,7 @@ def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
     t0 = time.time()
     res = {"model_dir": str(model_dir)}
     if val_data is None:
-        _, val_docs, _ = build_corpus(args.extra_packages, args.val_every)
+        _, val_docs, _, _ = build_corpus(args.extra_packages, args.val_every, with_functions=False)
         val_data = encode_docs(tok, val_docs)
     res["val_loss"] = batch_losses(model, val_data, args.seq_len, args.eval_tokens)
     res["val_tokens"] = min(len(val_data) - 1, args.eval_tokens) // args.seq_len * args.seq_len
@@ -613,7 +463,13 @@ def main(argv=None):
                          "warmup + cosine schedule of --steps steps")
     ap.add_argument("--init-steps", type=int, default=0,
                     help="steps the --init-from model had trained (for the model card's token count)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokenizer", metavar="DIR", default=None,
+                    help="reuse the tokenizer saved in DIR instead of training one (same corpus, same split)")
+    ap.add_argument("--function-weight", type=float, default=1.0,
+                    help="sampling weight of functions-as-documents with a docstring (0: whole files only)")
+    ap.add_argument("--undocumented-weight", type=float, default=0.3,
+                    help="multiplier of --function-weight for functions without a docstring")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                     help="bf16 autocast; default: on where the CPU has native bf16 (avx512_bf16/amx_bf16), "
                          "where it is ~1.75x faster than fp32; without those it is ~3x slower")
@@ -651,15 +507,25 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     t_start = time.time()
-    train_docs, val_docs, manifest = build_corpus(args.extra_packages, args.val_every)
-    print(f"corpus: {len(train_docs)} train files, {len(val_docs)} val files", flush=True)
-    if args.init_from:
+    train_files, val_docs, funcs, manifest = build_corpus(args.extra_packages, args.val_every, args.function_weight > 0)
+    print(f"corpus: {len(train_files)} train files, {len(val_docs)} val files, {len(funcs)} functions "
+          f"({sum(f[2] for f in funcs)} documented)", flush=True)
+    if args.init_from or args.tokenizer:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.init_from, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.init_from, local_files_only=True)
     else:
-        tokenizer = train_tokenizer([d[1] for d in train_docs], args.vocab)
+        tokenizer = train_tokenizer([d[1] for d in train_files], args.vocab)
+    # functions as documents: weight --function-weight with a docstring, x --undocumented-weight without
+    fw = [args.function_weight * (1.0 if doc else args.undocumented_weight) for _, _, doc in funcs]
+    train_docs = train_files + [(label, text, w) for (label, text, _), w in zip(funcs, fw)]
     train_data, doc_starts = encode_docs_with_offsets(tokenizer, train_docs)
+    n_file_tok = doc_starts[len(train_files)] if funcs else len(train_data)
+    bounds = doc_starts + [len(train_data)]
+    mass = [(b - a) * d[2] for a, b, d in zip(bounds[:-1], bounds[1:], train_docs)]
+    func_share = sum(mass[len(train_files):]) / sum(mass)
+    print(f"train tokens: files {n_file_tok:,}, functions {len(train_data) - n_file_tok:,}; "
+          f"share of windows drawn from functions {func_share:.2f}", flush=True)
     val_data = encode_docs(tokenizer, val_docs)
     print(f"tokens: train {len(train_data):,} val {len(val_data):,} ({time.time()-t_start:.0f}s)", flush=True)
 
@@ -683,6 +549,9 @@ def main(argv=None):
     draw_starts = window_sampler(doc_starts, len(train_data), [d[2] for d in train_docs], args.seq_len, gen)
     baseline_step = max(1, int(args.steps * args.baseline_frac))
     losses = []
+    log = open(work / "train_log.tsv", "w")
+    log.write("step\ttokens_seen\tloss50\tlr\telapsed_s\ttok_s_last50\ttok_s_mean\n")
+    t_last = time.time()
     model.train()
     t_train = time.time()
     bar = tqdm(range(args.steps), desc="train", mininterval=10, file=sys.stdout)
@@ -701,9 +570,16 @@ def main(argv=None):
         opt.step()
         losses.append(loss.item())
         el = time.time() - t_train
-        bar.set_postfix(loss=f"{sum(losses[-20:])/len(losses[-20:]):.3f}", tok_s=f"{(step+1)*args.batch*args.seq_len/el:.0f}")
+        bar.set_postfix(loss=f"{sum(losses[-20:])/len(losses[-20:]):.3f}", tok_s=f"{(step+1)*args.batch*args.seq_len/el:.0f}", refresh=False)
         if (step + 1) % 50 == 0:
-            print(f"step {step+1} loss {sum(losses[-50:])/50:.4f} lr {opt.param_groups[0]['lr']:.2e} elapsed {el:.0f}s", flush=True)
+            seen, now = (step + 1) * args.batch * args.seq_len, time.time()
+            rate = 50 * args.batch * args.seq_len / (now - t_last)
+            t_last = now
+            print(f"step {step+1} loss {sum(losses[-50:])/50:.4f} lr {opt.param_groups[0]['lr']:.2e} elapsed {el:.0f}s "
+                  f"tok/s(last 50) {rate:.0f}", flush=True)
+            log.write(f"{step+1}\t{seen}\t{sum(losses[-50:])/50:.4f}\t{opt.param_groups[0]['lr']:.3e}\t{el:.1f}"
+                      f"\t{rate:.0f}\t{seen/el:.0f}\n")
+            log.flush()
         if step + 1 == baseline_step:
             save_model(model, tokenizer, work / "baseline")
             print(f"saved baseline at step {step+1}", flush=True)
@@ -711,6 +587,7 @@ def main(argv=None):
             save_model(model, tokenizer, work / "checkpoint")
             (work / "checkpoint" / "step.txt").write_text(str(step + 1))
     train_seconds = time.time() - t_train
+    log.close()
     model.eval()
     val_loss = batch_losses(model, val_data, args.seq_len, args.eval_tokens)
     print(f"done: {train_seconds:.0f}s, final val loss {val_loss:.4f}", flush=True)
@@ -724,6 +601,9 @@ def main(argv=None):
         "params": n_params, "hidden": args.hidden, "layers": args.layers, "heads": args.heads, "inter": args.inter,
         "vocab": len(tokenizer), "max_pos": args.max_pos, "seq_len": args.seq_len, "weights_mb": weights_mb,
         "val_every": args.val_every, "train_tokens": len(train_data), "val_tokens": len(val_data),
+        "file_tokens": n_file_tok, "function_tokens": len(train_data) - n_file_tok, "functions": len(funcs),
+        "functions_documented": sum(f[2] for f in funcs), "function_weight": args.function_weight,
+        "undocumented_weight": args.undocumented_weight, "function_window_share": func_share,
         "seed": args.seed, "bf16": args.bf16, "steps": args.steps, "batch": args.batch, "lr": args.lr, "wd": args.wd,
         "warmup": args.warmup, "floor": args.floor, "threads": args.threads, "train_seconds": train_seconds,
         "final_train_loss": sum(losses[-50:]) / len(losses[-50:]), "baseline_step": baseline_step,
