@@ -47,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "lookahead" / "models" / "pycoder-tiny"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_card import write_card  # noqa: E402
 from train_corpus import EXTRA_PACKAGES, build_corpus, heldout_test_docs  # noqa: E402
 
 SPECIAL = ["<|endoftext|>", "<|bos|>", "<|pad|>"]
@@ -323,120 +324,6 @@ def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# model card
-# --------------------------------------------------------------------------------------------
-def _verdict(m: dict) -> str:
-    if "humaneval_compile_share" not in m:
-        return "Not evaluated yet."
-    ok = m["humaneval_compile_share"] >= 0.80 and m["humaneval_repeated_4gram_share"] <= 0.30
-    if ok:
-        return "This model meets both."
-    return ("This model does NOT meet them: it is undertrained (see Training) and its greedy completions "
-            "often degenerate into repetition, running past 128 tokens without closing a bracket.")
-
-
-def _phases(info: dict) -> str:
-    """The card's note on a run continued from an earlier checkpoint (``--init-from``)."""
-    if not info.get("init_from"):
-        return ""
-    seen = (info["init_steps"] + info["steps"]) * info["batch"] * info["seq_len"]
-    return (f"This run continued from a checkpoint of an earlier run of the same recipe after "
-            f"{info['init_steps']} steps (saved in bfloat16; that run's schedule was planned for more steps and cut "
-            f"short to fit the session), with a fresh {info['warmup']}-step warmup and cosine decay: "
-            f"{info['init_steps'] + info['steps']} steps and {seen/1e6:.1f}M tokens seen in all.\n\n")
-
-
-def write_card(out: Path, info: dict):
-    m = info.get("final_eval", {})
-    b = info.get("baseline_eval", {})
-    src_rows = "\n".join(
-        f"| {s['name']} | {s['version']} | {s['files']} | {s['bytes']/1e6:.1f} MB | {s.get('weight', 1.0):.2f} | {s['license']} |"
-        for s in info["sources"]
-    )
-
-    def f(d, k, fmt="{:.3f}"):
-        return fmt.format(d[k]) if k in d else "n/a"
-
-    text = f"""---
-license: other
-license_name: psf-2.0-and-bsd-3-clause
-language: [code]
-library_name: transformers
-pipeline_tag: text-generation
----
-
-# pycoder-tiny
-
-A small Python code model (`LlamaForCausalLM`, {info['params']/1e6:.1f}M parameters, tied
-embeddings) trained from scratch on CPU by `benchmarks/train_default_model.py` in the
-`lookahead-decoding` repository. It ships inside the package so that benchmarks of lookahead
-decoding can run offline with a real, trained model. It is a *tiny* model: it writes
-Python-looking code, not correct solutions.
-
-## Architecture
-hidden {info['hidden']}, {info['layers']} layers, {info['heads']} heads, MLP {info['inter']},
-vocab {info['vocab']}, context {info['max_pos']} positions (trained on {info['seq_len']}-token windows),
-RoPE, RMSNorm, SwiGLU. Weights stored in bfloat16 ({info['weights_mb']:.1f} MB); load in float32.
-
-## Tokenizer
-Byte-level BPE (`tokenizers`), vocab {info['vocab']}, newline split off as its own token before
-the byte-level step (so a prompt ending in `\\n` can be followed by indentation). Special
-tokens: `<|bos|>` (prepended by the tokenizer), `<|endoftext|>` (EOS, ends every file), `<|pad|>`.
-
-## Corpus
-`*.py` files in sorted path order; the stdlib's `test`/`tests`/`idle_test` folders (and any
-`test`/`tests`/`testing` folders of the extra packages) are excluded. Every {info['val_every']}th file
-is held out for validation. Files whose whitespace-normalised text was already seen are
-dropped. Training windows are drawn from a file with probability proportional to its tokens
-times its weight: the share of its lines inside short (<= 40 lines) documented functions,
-floored at 0.2, so HumanEval-like code dominates what the model sees. Full file list with
-each file's weight: `corpus_manifest.json`.
-
-| source | version | files | size | mean weight | licence |
-|---|---|---|---|---|---|
-{src_rows}
-
-Training tokens: {info['train_tokens']:,}; validation tokens: {info['val_tokens']:,}.
-
-## Training
-Seed {info['seed']}, {info['steps']} steps x {info['batch']} x {info['seq_len']} tokens
-({info['steps']*info['batch']*info['seq_len']/1e6:.1f}M tokens seen, {info['steps']*info['batch']*info['seq_len']/info['train_tokens']:.2f} epochs),
-AdamW (lr {info['lr']}, betas 0.9/0.95, weight decay {info['wd']}), {info['warmup']} warmup steps then
-cosine decay to {info['floor']}x, grad-clip 1.0, {'bf16 autocast' if info.get('bf16') else 'fp32'} on CPU with
-{info['threads']} thread(s), as the only CPU-bound job on the machine. Wall time:
-{info['train_seconds']/60:.1f} min of training, {info.get('train_tokens_per_s', 0):,.0f} tokens/s.
-Final train loss (mean of last 50 steps): {info['final_train_loss']:.3f} nats/token.
-
-{_phases(info)}Command: `{info['command']}`
-
-## Evaluation
-Losses are nats/token in fp32. HumanEval: first {m.get('humaneval_prompts', 'n/a')} prompts,
-greedy, 128 new tokens, completion cut at the first non-indented line; "compiles" =
-`compile(prompt + completion)` succeeds with a non-empty completion; repeated 4-grams =
-share of token 4-grams in a completion that already occurred earlier in it (summed over prompts).
-
-| model | val loss | stdlib-test loss | HumanEval compiles | repeated 4-grams |
-|---|---|---|---|---|
-| final (step {info['steps']}) | {f(m,'val_loss')} | {f(m,'stdlib_test_loss')} | {f(m,'humaneval_compile_share','{:.2f}')} | {f(m,'humaneval_repeated_4gram_share','{:.2f}')} |
-| baseline (step {info['baseline_step']}) | {f(b,'val_loss')} | {f(b,'stdlib_test_loss')} | {f(b,'humaneval_compile_share','{:.2f}')} | {f(b,'humaneval_repeated_4gram_share','{:.2f}')} |
-
-Targets set in the project (issue 4): at least 0.80 compiling and at most 0.30 repeated 4-grams.
-{_verdict(m)}
-
-## Use
-```python
-from lookahead.default_model import load_default_model
-model, tokenizer = load_default_model()  # local files only, float32, CPU
-```
-
-## Licence
-The weights are derived from the sources above: Python standard library (PSF License
-Agreement, PSF-2.0) and the listed packages under their own licences (see table). No other data.
-"""
-    (out / "README.md").write_text(text)
-
-
-# --------------------------------------------------------------------------------------------
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the final model (default: %(default)s)")
@@ -497,7 +384,8 @@ def main(argv=None):
             f = work / f"eval_{name}.json"
             if f.is_file():
                 info[key] = {k: v for k, v in json.loads(f.read_text()).items() if k != "samples"}
-        write_card(Path(args.out), info)
+        extra = work / "card_extra.json"
+        write_card(Path(args.out), info, json.loads(extra.read_text()) if extra.is_file() else None)
         return
     if args.eval_only:
         evaluate(Path(args.eval_only), args)
@@ -614,6 +502,7 @@ def main(argv=None):
         "sources": [
             {"name": s["name"], "version": s["version"], "license": s["license"], "files": len(s["files"]),
              "bytes": sum(f["bytes"] for f in s["files"]),
+             "functions": s.get("functions", 0), "function_bytes": s.get("function_bytes", 0),
              "weight": sum(f["bytes"] * f["weight"] for f in s["files"]) / max(1, sum(f["bytes"] for f in s["files"]))}
             for s in manifest["sources"]
         ],
