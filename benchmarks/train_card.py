@@ -67,6 +67,9 @@ def write_card(out: Path, info: dict, extra: dict | None = None):
                       f"{phase_text}- this run: `{info['command']}`\n")
     else:
         phase_text = f"Command: `{info['command']}`\n"
+    baseline_row = "" if not b else (
+        f"| baseline (step {info['baseline_step']} of this run) | {_fmt(b, 'val_loss')} | {_fmt(b, 'stdlib_test_loss')} "
+        f"| {_fmt(b, 'humaneval_compile_share', '{:.2f}')} | {_fmt(b, 'humaneval_repeated_4gram_share', '{:.2f}')} |\n")
     text = f"""---
 license: other
 license_name: psf-2.0-and-bsd-3-clause
@@ -134,8 +137,7 @@ share of token 4-grams in a completion that already occurred earlier in it (summ
 | model | val loss | stdlib-test loss | HumanEval compiles | repeated 4-grams |
 |---|---|---|---|---|
 | final (shipped) | {_fmt(m, 'val_loss')} | {_fmt(m, 'stdlib_test_loss')} | {_fmt(m, 'humaneval_compile_share', '{:.2f}')} | {_fmt(m, 'humaneval_repeated_4gram_share', '{:.2f}')} |
-| baseline (step {info['baseline_step']} of this run) | {_fmt(b, 'val_loss')} | {_fmt(b, 'stdlib_test_loss')} | {_fmt(b, 'humaneval_compile_share', '{:.2f}')} | {_fmt(b, 'humaneval_repeated_4gram_share', '{:.2f}')} |
-{short_run_table(extra.get('short_runs', []))}
+{baseline_row}{short_run_table(extra.get('short_runs', []))}{extra.get('note', '')}
 The project's bar (issues 4 and 22): at least {BAR[0]:.2f} compiling and at most {BAR[1]:.2f} repeated
 4-grams on all 164 prompts; milestone {MILESTONE[0]:.2f} / {MILESTONE[1]:.2f}. {verdict(m)}
 

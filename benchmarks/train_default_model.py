@@ -1,35 +1,64 @@
 #!/usr/bin/env python
 """Train the small Python code LM that ships inside the ``lookahead`` package.
 
-Reproducible from a fixed seed on CPU: the corpus is the running interpreter's standard
-library (``*.py``, without its ``test``/``tests``/``idle_test`` folders, which are held out
-for evaluation) plus the pure-Python sources of a few permissively licensed installed
-packages (``--extra-packages``), read in sorted path order.  The script
+Reproducible from a fixed seed on CPU: the corpus (``train_corpus.py``) is the running
+interpreter's standard library (``*.py``, without its ``test``/``tests``/``idle_test`` folders,
+which are held out for evaluation) plus the pure-Python sources of a few permissively licensed
+installed packages (``--extra-packages``), read in sorted path order.  The script
 
-1. builds the corpus (files deduplicated by content), a per-file train/validation split (every
-   ``--val-every``-th file) and a sampling weight per file: how much of the file is short,
-   documented functions (the kind of code people ask a model to write; framework internals and
-   data tables weigh little), so training windows come mostly from function-like code,
+1. builds the corpus: whole files (deduplicated by content; every ``--val-every``-th file to
+   validation), each weighted by how much of it is short documented functions, and
+   *functions as documents*: the top-level functions and methods of the training files,
+   extracted with ``ast``, dedented, deduplicated, each ended by EOS like a file (the shape
+   of a completion request: signature, docstring, body, stop), weighted
+   ``--function-weight`` with a docstring and ``x --undocumented-weight`` without,
 2. trains a byte-level BPE tokenizer in which the newline is its own token (split off before
    the byte-level step, so a prompt that ends in a bare newline can be followed by an indent),
+   or reuses one (``--tokenizer``, ``--init-from``),
 3. trains a ``LlamaForCausalLM`` with AdamW, linear warmup then cosine decay, for a fixed
    number of STEPS (not a wall-clock cap), under bf16 autocast where the CPU computes bf16
    natively (``avx512_bf16``/``amx_bf16``: ~1.75x faster than fp32 there) and in fp32
-   elsewhere (without those flags bf16 autocast is ~3x SLOWER: 580 vs 1,700 tokens/s for the
-   13.8M model on 2 threads); ``--bf16``/``--no-bf16`` force it. Train alone: a second
-   CPU-bound process slows both ~10x under OpenMP. Loss and tokens/s go to stdout,
+   elsewhere (without those flags bf16 autocast is ~3x SLOWER); ``--bf16``/``--no-bf16``
+   force it.  Loss and tokens/s go to stdout and, every 50 steps, to WORK_DIR/train_log.tsv
+   (tokens seen, loss, tokens/s over the last 50 steps: a falling rate shows there),
 4. saves an early checkpoint (the "short-trained baseline") and the final model with
    ``save_pretrained`` (safetensors, weights stored in bf16), plus the tokenizer,
 5. evaluates both: validation loss, loss on the stdlib test folders, and greedy HumanEval
-   completions (share that compiles, share of repeated 4-grams), and writes a model card.
+   completions (share that compiles, share of repeated 4-grams), and writes a model card
+   (``train_card.py``).
 
-Examples::
+Run it pinned to a core of its own with one thread (``taskset -c 1``, ``OMP_NUM_THREADS=1``,
+``OMP_WAIT_POLICY=PASSIVE``, ``--threads 1``, the default): two CPU-bound processes sharing
+cores slow each other ~10x under OpenMP.
 
-    # full run (what produced lookahead/models/<name>/); run it as the only CPU job
-    python benchmarks/train_default_model.py
+How the shipped ``pycoder-tiny`` was made (issue 22; the model card has the figures): the
+13.8M-parameter model (hidden 384, 6 layers) trained earlier on whole files (1,060 steps, 4.9M
+tokens, 71.5 min fp32 on 2 threads) was continued on the corpus with function documents,
+after short runs of ~6-10 minutes each on one bf16 thread compared three candidates with the
+same data and tokenizer: a 6.9M model from scratch (hidden 256, 6 layers, 3,230 tokens/s),
+a 4.7M model from scratch (hidden 256, 4 layers, 4,060 tokens/s) and the 13.8M model continued
+(2,140 tokens/s).  The continued model was far ahead (first 40 HumanEval prompts: 0.68 compile
+against 0.35 and 0.15; stdlib-test loss 3.99 against 4.84 and 4.72), so the long run continued
+it further::
 
-    # evaluate an existing model folder only
-    python benchmarks/train_default_model.py --eval-only lookahead/models/pycoder-tiny
+    P="taskset -c 1 env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE python benchmarks/train_default_model.py"
+    # short run of the winner, from the weights shipped before (lookahead/models/pycoder-tiny at
+    # commit 47241b0; its tokenizer is byte-identical to the one this corpus trains)
+    $P --init-from lookahead/models/pycoder-tiny --init-steps 1060 --steps 170 --warmup 20 --lr 1e-3 --skip-eval \
+        --work-dir /tmp/w/OLD --out /tmp/w/OLD/OLD
+    # long run from it
+    $P --init-from /tmp/w/OLD/OLD --init-steps 1230 --steps 1550 --warmup 30 --lr 1e-3 --seed 1236 \
+        --skip-eval --work-dir /tmp/w/LONG --out /tmp/w/LONG/pycoder-tiny
+    # all 164 HumanEval prompts, then the card
+    $P --eval-only /tmp/w/LONG/pycoder-tiny --work-dir /tmp/w/LONG
+    $P --write-card --work-dir /tmp/w/LONG --out /tmp/w/LONG/pycoder-tiny
+
+Other examples::
+
+    # a run from scratch (trains the tokenizer); a 6.9M model
+    $P --hidden 256 --layers 6 --heads 4 --inter 704 --steps 360 --warmup 30 --lr 2e-3
+    # evaluate an existing model folder only (first 40 prompts)
+    $P --eval-only lookahead/models/pycoder-tiny --humaneval-limit 40
 """
 
 from __future__ import annotations
