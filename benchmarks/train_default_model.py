@@ -1,35 +1,67 @@
 #!/usr/bin/env python
 """Train the small Python code LM that ships inside the ``lookahead`` package.
 
-Reproducible from a fixed seed on CPU: the corpus is the running interpreter's standard
-library (``*.py``, without its ``test``/``tests``/``idle_test`` folders, which are held out
-for evaluation) plus the pure-Python sources of a few permissively licensed installed
-packages (``--extra-packages``), read in sorted path order.  The script
+Reproducible from a fixed seed on CPU: the corpus (``train_corpus.py``) is the running
+interpreter's standard library (``*.py``, without its ``test``/``tests``/``idle_test`` folders,
+which are held out for evaluation) plus the pure-Python sources of a few permissively licensed
+installed packages (``--extra-packages``), read in sorted path order.  The script
 
-1. builds the corpus (files deduplicated by content), a per-file train/validation split (every
-   ``--val-every``-th file) and a sampling weight per file: how much of the file is short,
-   documented functions (the kind of code people ask a model to write; framework internals and
-   data tables weigh little), so training windows come mostly from function-like code,
+1. builds the corpus: whole files (deduplicated by content; every ``--val-every``-th file to
+   validation), each weighted by how much of it is short documented functions, and
+   *functions as documents*: the top-level functions and methods of the training files,
+   extracted with ``ast``, dedented, deduplicated, each ended by EOS like a file (the shape
+   of a completion request: signature, docstring, body, stop), weighted
+   ``--function-weight`` with a docstring and ``x --undocumented-weight`` without,
 2. trains a byte-level BPE tokenizer in which the newline is its own token (split off before
    the byte-level step, so a prompt that ends in a bare newline can be followed by an indent),
+   or reuses one (``--tokenizer``, ``--init-from``),
 3. trains a ``LlamaForCausalLM`` with AdamW, linear warmup then cosine decay, for a fixed
    number of STEPS (not a wall-clock cap), under bf16 autocast where the CPU computes bf16
    natively (``avx512_bf16``/``amx_bf16``: ~1.75x faster than fp32 there) and in fp32
-   elsewhere (without those flags bf16 autocast is ~3x SLOWER: 580 vs 1,700 tokens/s for the
-   13.8M model on 2 threads); ``--bf16``/``--no-bf16`` force it. Train alone: a second
-   CPU-bound process slows both ~10x under OpenMP. Loss and tokens/s go to stdout,
+   elsewhere (without those flags bf16 autocast is ~3x SLOWER); ``--bf16``/``--no-bf16``
+   force it.  Loss and tokens/s go to stdout and, every 50 steps, to WORK_DIR/train_log.tsv
+   (tokens seen, loss, tokens/s over the last 50 steps: a falling rate shows there),
 4. saves an early checkpoint (the "short-trained baseline") and the final model with
    ``save_pretrained`` (safetensors, weights stored in bf16), plus the tokenizer,
 5. evaluates both: validation loss, loss on the stdlib test folders, and greedy HumanEval
-   completions (share that compiles, share of repeated 4-grams), and writes a model card.
+   completions (share that compiles, share of repeated 4-grams), and writes a model card
+   (``train_card.py``).
 
-Examples::
+Run it pinned to a core of its own with one thread (``taskset -c 1``, ``OMP_NUM_THREADS=1``,
+``OMP_WAIT_POLICY=PASSIVE``, ``--threads 1``, the default): two CPU-bound processes sharing
+cores slow each other ~10x under OpenMP.
 
-    # full run (what produced lookahead/models/<name>/); run it as the only CPU job
-    python benchmarks/train_default_model.py
+How the shipped ``pycoder-tiny`` was made (issue 22; the model card has the figures): the
+13.8M-parameter model (hidden 384, 6 layers) trained earlier on whole files (1,060 steps, 4.9M
+tokens, 71.5 min fp32 on 2 threads) was continued for 170 steps (0.78M tokens, 6.1 min, one
+bf16 thread, 2,145 tokens/s) on the corpus with function documents.  Short runs of 6-10 minutes
+each, same data and tokenizer, one bf16 thread, compared it with a 6.9M model from scratch
+(hidden 256, 6 layers, 3,230 tokens/s, 8.6 min) and a 4.7M one (hidden 256, 4 layers, 4,060
+tokens/s, 9.5 min): on the first 40 HumanEval prompts 0.68 compile against 0.35 and 0.15,
+stdlib-test loss 3.99 against 4.84 and 4.72.  A long run continuing the winner (phase 4:
+1,550 more steps, 7.1M tokens, 54 min) lowered the stdlib-test loss to 3.10 but its greedy
+completions looped more (all 164 prompts: 0.42 compile / 0.77 repeated 4-grams, against the
+short run's 0.60 / 0.59), so the short run ships::
 
-    # evaluate an existing model folder only
-    python benchmarks/train_default_model.py --eval-only lookahead/models/pycoder-tiny
+    P="taskset -c 1 env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE python benchmarks/train_default_model.py"
+    # from the weights shipped before (lookahead/models/pycoder-tiny at commit 47241b0; its
+    # tokenizer is byte-identical to the one this corpus trains): the shipped model
+    $P --init-from lookahead/models/pycoder-tiny --init-steps 1060 --steps 170 --warmup 20 --lr 1e-3 --skip-eval \
+        --work-dir /tmp/w/OLD --out /tmp/w/OLD/OLD
+    # all 164 HumanEval prompts, then the card (WORK_DIR holds train_info.json,
+    # eval_<out name>.json and card_extra.json)
+    $P --eval-only /tmp/w/OLD/OLD --work-dir /tmp/w/OLD
+    $P --write-card --work-dir /tmp/w/OLD --out /tmp/w/OLD/OLD
+    # phase 4 (measured, not shipped)
+    $P --init-from /tmp/w/OLD/OLD --init-steps 1230 --steps 1550 --warmup 30 --lr 1e-3 --seed 1236 \
+        --skip-eval --work-dir /tmp/w/LONG --out /tmp/w/LONG/pycoder-tiny
+
+Other examples::
+
+    # a run from scratch (trains the tokenizer); a 6.9M model
+    $P --hidden 256 --layers 6 --heads 4 --inter 704 --steps 360 --warmup 30 --lr 2e-3
+    # evaluate an existing model folder only (first 40 prompts)
+    $P --eval-only lookahead/models/pycoder-tiny --humaneval-limit 40
 """
 
 from __future__ import annotations
@@ -41,186 +73,17 @@ import json
 import math
 import os
 import sys
-import sysconfig
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
-
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "lookahead" / "models" / "pycoder-tiny"
-EXCLUDED_DIRS = {"test", "tests", "idle_test", "testing", "__pycache__", "site-packages"}
-HELD_OUT_DIRS = {"test", "tests", "idle_test"}
-# Permissively licensed pure-Python packages that the project's own dependencies install;
-# small utility code with documented functions first.  Licences land in the manifest.
-EXTRA_PACKAGES = [
-    "numpy",
-    "click",
-    "networkx",
-    "sortedcontainers",
-    "dateutil",
-    "packaging",
-    "pyparsing",
-    "jinja2",
-    "werkzeug",
-    "jmespath",
-    "requests",
-    "idna",
-    "rich",
-    "mpmath",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_card import write_card  # noqa: E402
+from train_corpus import EXTRA_PACKAGES, build_corpus, heldout_test_docs  # noqa: E402
+
 SPECIAL = ["<|endoftext|>", "<|bos|>", "<|pad|>"]
-
-
-# --------------------------------------------------------------------------------------------
-# corpus
-# --------------------------------------------------------------------------------------------
-def _py_files(root: Path, exclude: set[str]) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in exclude)
-        for f in sorted(filenames):
-            if f.endswith(".py"):
-                out.append(Path(dirpath) / f)
-    return sorted(out)
-
-
-def _read(p: Path) -> str | None:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError):
-        return None
-    return text if text.strip() else None
-
-
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def function_score(text: str, max_lines: int = 40) -> float:
-    """Share of a file's lines that lie in short documented functions, in [0.2, 1].
-
-    HumanEval-style requests are a signature, a docstring and a short body; files made of such
-    functions (the stdlib, small utility packages) teach that, while framework internals,
-    generated tables and long dispatch functions teach little of it.  The floor keeps every
-    file in the mix (imports, classes and module layout are worth seeing too).
-    """
-    import ast
-
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
-        return 0.2
-    total = max(1, text.count("\n") + 1)
-    covered = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            n = (node.end_lineno or node.lineno) - node.lineno + 1
-            if n <= max_lines and ast.get_docstring(node):
-                covered.update(range(node.lineno, node.lineno + n))
-    return min(1.0, max(0.2, len(covered) / total))
-
-
-def _dedup_key(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(" ".join(text.split()).encode()).hexdigest()
-
-
-def build_corpus(extra_packages: list[str], val_every: int):
-    """Return (train_docs, val_docs, manifest). Docs are (label, text, weight) in sorted order.
-
-    Files whose whitespace-normalised text was already seen (vendored copies, templates) are
-    dropped; ``weight`` is :func:`function_score`.
-    """
-    sources = [("stdlib", stdlib_root(), _py_files(stdlib_root(), EXCLUDED_DIRS))]
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    for pkg in extra_packages:
-        root = purelib / pkg
-        if not root.is_dir():
-            raise SystemExit(f"extra package {pkg!r} not found under {purelib}")
-        sources.append((pkg, root, _py_files(root, EXCLUDED_DIRS)))
-    train, val, manifest = [], [], {"sources": []}
-    seen: set[str] = set()
-    i = 0
-    for name, root, files in sources:
-        entry = {"name": name, "root": str(root), "files": [], "duplicates_dropped": 0}
-        if name == "stdlib":
-            entry["version"] = sys.version.split()[0]
-            entry["license"] = "PSF-2.0 (Python Software Foundation License)"
-        else:
-            dist = _dist_for(name)
-            entry["version"] = dist.version if dist else "unknown"
-            entry["license"] = _license_of(dist) if dist else "unknown"
-        for p in files:
-            text = _read(p)
-            if text is None:
-                continue
-            key = _dedup_key(text)
-            if key in seen:
-                entry["duplicates_dropped"] += 1
-                continue
-            seen.add(key)
-            rel = f"{name}/{p.relative_to(root).as_posix()}"
-            weight = function_score(text)
-            is_val = i % val_every == val_every - 1
-            (val if is_val else train).append((rel, text, weight))
-            entry["files"].append(
-                {
-                    "path": rel,
-                    "bytes": len(text.encode()),
-                    "split": "val" if is_val else "train",
-                    "weight": round(weight, 3),
-                }
-            )
-            i += 1
-        manifest["sources"].append(entry)
-    return train, val, manifest
-
-
-def heldout_test_docs(max_files: int | None = None):
-    """The stdlib test folders (never trained on), sorted."""
-    root = stdlib_root()
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in {"__pycache__", "site-packages"})
-        parts = set(Path(dirpath).relative_to(root).parts)
-        if parts & HELD_OUT_DIRS:
-            files += [Path(dirpath) / f for f in filenames if f.endswith(".py")]
-    docs = []
-    for p in sorted(files):
-        t = _read(p)
-        if t is not None:
-            docs.append((p.relative_to(root).as_posix(), t))
-    return docs[:max_files] if max_files else docs
-
-
-def _dist_for(pkg: str):
-    names = metadata.packages_distributions().get(pkg, [])
-    if names:
-        return metadata.distribution(names[0])
-    for d in metadata.distributions():
-        try:
-            top = (d.read_text("top_level.txt") or "").split()
-        except Exception:
-            top = []
-        if pkg in top or (d.metadata["Name"] or "").lower().replace("-", "_") == pkg.lower():
-            return d
-    return None
-
-
-def _license_of(dist) -> str:
-    md = dist.metadata
-    if md.get("License-Expression"):
-        return md["License-Expression"]
-    lic = md.get("License") or ""
-    if lic and len(lic) < 80:
-        return lic
-    cls = [c.split("::")[-1].strip() for c in md.get_all("Classifier") or [] if c.startswith("License")]
-    return ", ".join(cls) or "see package metadata"
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,6 +122,10 @@ def train_tokenizer(texts: list[str], vocab_size: int):
         pad_token="<|pad|>",
         model_max_length=1024,
     )
+
+
+if TYPE_CHECKING:  # torch is imported where training starts (the corpus steps do without it)
+    import torch
 
 
 def encode_docs(tokenizer, docs) -> torch.Tensor:
@@ -465,7 +332,7 @@ def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
     t0 = time.time()
     res = {"model_dir": str(model_dir)}
     if val_data is None:
-        _, val_docs, _ = build_corpus(args.extra_packages, args.val_every)
+        _, val_docs, _, _ = build_corpus(args.extra_packages, args.val_every, with_functions=False)
         val_data = encode_docs(tok, val_docs)
     res["val_loss"] = batch_losses(model, val_data, args.seq_len, args.eval_tokens)
     res["val_tokens"] = min(len(val_data) - 1, args.eval_tokens) // args.seq_len * args.seq_len
@@ -496,125 +363,6 @@ def evaluate(model_dir: Path, args, val_data=None, tokenizer=None) -> dict:
     )
     print(json.dumps(res), flush=True)
     return res
-
-
-# --------------------------------------------------------------------------------------------
-# model card
-# --------------------------------------------------------------------------------------------
-def _verdict(m: dict) -> str:
-    if "humaneval_compile_share" not in m:
-        return "Not evaluated yet."
-    ok = m["humaneval_compile_share"] >= 0.80 and m["humaneval_repeated_4gram_share"] <= 0.30
-    if ok:
-        return "This model meets both."
-    return (
-        "This model does NOT meet them: it is undertrained (see Training) and its greedy completions "
-        "often degenerate into repetition, running past 128 tokens without closing a bracket."
-    )
-
-
-def _phases(info: dict) -> str:
-    """The card's note on a run continued from an earlier checkpoint (``--init-from``)."""
-    if not info.get("init_from"):
-        return ""
-    seen = (info["init_steps"] + info["steps"]) * info["batch"] * info["seq_len"]
-    return (
-        f"This run continued from a checkpoint of an earlier run of the same recipe after "
-        f"{info['init_steps']} steps (saved in bfloat16; that run's schedule was planned for more steps and cut "
-        f"short to fit the session), with a fresh {info['warmup']}-step warmup and cosine decay: "
-        f"{info['init_steps'] + info['steps']} steps and {seen / 1e6:.1f}M tokens seen in all.\n\n"
-    )
-
-
-def write_card(out: Path, info: dict):
-    m = info.get("final_eval", {})
-    b = info.get("baseline_eval", {})
-    src_rows = "\n".join(
-        f"| {s['name']} | {s['version']} | {s['files']} | {s['bytes'] / 1e6:.1f} MB "
-        f"| {s.get('weight', 1.0):.2f} | {s['license']} |"
-        for s in info["sources"]
-    )
-
-    def f(d, k, fmt="{:.3f}"):
-        return fmt.format(d[k]) if k in d else "n/a"
-
-    text = f"""---
-license: other
-license_name: psf-2.0-and-bsd-3-clause
-language: [code]
-library_name: transformers
-pipeline_tag: text-generation
----
-
-# pycoder-tiny
-
-A small Python code model (`LlamaForCausalLM`, {info["params"] / 1e6:.1f}M parameters, tied
-embeddings) trained from scratch on CPU by `benchmarks/train_default_model.py` in the
-`lookahead-decoding` repository. It ships inside the package so that benchmarks of lookahead
-decoding can run offline with a real, trained model. It is a *tiny* model: it writes
-Python-looking code, not correct solutions.
-
-## Architecture
-hidden {info["hidden"]}, {info["layers"]} layers, {info["heads"]} heads, MLP {info["inter"]},
-vocab {info["vocab"]}, context {info["max_pos"]} positions (trained on {info["seq_len"]}-token windows),
-RoPE, RMSNorm, SwiGLU. Weights stored in bfloat16 ({info["weights_mb"]:.1f} MB); load in float32.
-
-## Tokenizer
-Byte-level BPE (`tokenizers`), vocab {info["vocab"]}, newline split off as its own token before
-the byte-level step (so a prompt ending in `\\n` can be followed by indentation). Special
-tokens: `<|bos|>` (prepended by the tokenizer), `<|endoftext|>` (EOS, ends every file), `<|pad|>`.
-
-## Corpus
-`*.py` files in sorted path order; the stdlib's `test`/`tests`/`idle_test` folders (and any
-`test`/`tests`/`testing` folders of the extra packages) are excluded. Every {info["val_every"]}th file
-is held out for validation. Files whose whitespace-normalised text was already seen are
-dropped. Training windows are drawn from a file with probability proportional to its tokens
-times its weight: the share of its lines inside short (<= 40 lines) documented functions,
-floored at 0.2, so HumanEval-like code dominates what the model sees. Full file list with
-each file's weight: `corpus_manifest.json`.
-
-| source | version | files | size | mean weight | licence |
-|---|---|---|---|---|---|
-{src_rows}
-
-Training tokens: {info["train_tokens"]:,}; validation tokens: {info["val_tokens"]:,}.
-
-## Training
-Seed {info["seed"]}, {info["steps"]} steps x {info["batch"]} x {info["seq_len"]} tokens
-({info["steps"] * info["batch"] * info["seq_len"] / 1e6:.1f}M tokens seen, {info["steps"] * info["batch"] * info["seq_len"] / info["train_tokens"]:.2f} epochs),
-AdamW (lr {info["lr"]}, betas 0.9/0.95, weight decay {info["wd"]}), {info["warmup"]} warmup steps then
-cosine decay to {info["floor"]}x, grad-clip 1.0, {"bf16 autocast" if info.get("bf16") else "fp32"} on CPU with
-{info["threads"]} thread(s), as the only CPU-bound job on the machine. Wall time:
-{info["train_seconds"] / 60:.1f} min of training, {info.get("train_tokens_per_s", 0):,.0f} tokens/s.
-Final train loss (mean of last 50 steps): {info["final_train_loss"]:.3f} nats/token.
-
-{_phases(info)}Command: `{info["command"]}`
-
-## Evaluation
-Losses are nats/token in fp32. HumanEval: first {m.get("humaneval_prompts", "n/a")} prompts,
-greedy, 128 new tokens, completion cut at the first non-indented line; "compiles" =
-`compile(prompt + completion)` succeeds with a non-empty completion; repeated 4-grams =
-share of token 4-grams in a completion that already occurred earlier in it (summed over prompts).
-
-| model | val loss | stdlib-test loss | HumanEval compiles | repeated 4-grams |
-|---|---|---|---|---|
-| final (step {info["steps"]}) | {f(m, "val_loss")} | {f(m, "stdlib_test_loss")} | {f(m, "humaneval_compile_share", "{:.2f}")} | {f(m, "humaneval_repeated_4gram_share", "{:.2f}")} |
-| baseline (step {info["baseline_step"]}) | {f(b, "val_loss")} | {f(b, "stdlib_test_loss")} | {f(b, "humaneval_compile_share", "{:.2f}")} | {f(b, "humaneval_repeated_4gram_share", "{:.2f}")} |
-
-Targets set in the project (issue 4): at least 0.80 compiling and at most 0.30 repeated 4-grams.
-{_verdict(m)}
-
-## Use
-```python
-from lookahead.default_model import load_default_model
-model, tokenizer = load_default_model()  # local files only, float32, CPU
-```
-
-## Licence
-The weights are derived from the sources above: Python standard library (PSF License
-Agreement, PSF-2.0) and the listed packages under their own licences (see table). No other data.
-"""  # noqa: E501 - the model card's table rows are written whole
-    (out / "README.md").write_text(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -656,7 +404,25 @@ def main(argv=None):
         default=0,
         help="steps the --init-from model had trained (for the model card's token count)",
     )
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        default=None,
+        help="reuse the tokenizer saved in DIR instead of training one (same corpus, same split)",
+    )
+    ap.add_argument(
+        "--function-weight",
+        type=float,
+        default=1.0,
+        help="sampling weight of functions-as-documents with a docstring (0: whole files only)",
+    )
+    ap.add_argument(
+        "--undocumented-weight",
+        type=float,
+        default=0.3,
+        help="multiplier of --function-weight for functions without a docstring",
+    )
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
         "--bf16",
         action=argparse.BooleanOptionalAction,
@@ -691,7 +457,8 @@ def main(argv=None):
             f = work / f"eval_{name}.json"
             if f.is_file():
                 info[key] = {k: v for k, v in json.loads(f.read_text()).items() if k != "samples"}
-        write_card(Path(args.out), info)
+        extra = work / "card_extra.json"
+        write_card(Path(args.out), info, json.loads(extra.read_text()) if extra.is_file() else None)
         return
     if args.eval_only:
         evaluate(Path(args.eval_only), args)
@@ -701,15 +468,31 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     t_start = time.time()
-    train_docs, val_docs, manifest = build_corpus(args.extra_packages, args.val_every)
-    print(f"corpus: {len(train_docs)} train files, {len(val_docs)} val files", flush=True)
-    if args.init_from:
+    train_files, val_docs, funcs, manifest = build_corpus(args.extra_packages, args.val_every, args.function_weight > 0)
+    print(
+        f"corpus: {len(train_files)} train files, {len(val_docs)} val files, {len(funcs)} functions "
+        f"({sum(f[2] for f in funcs)} documented)",
+        flush=True,
+    )
+    if args.init_from or args.tokenizer:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.init_from, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.init_from, local_files_only=True)
     else:
-        tokenizer = train_tokenizer([d[1] for d in train_docs], args.vocab)
+        tokenizer = train_tokenizer([d[1] for d in train_files], args.vocab)
+    # functions as documents: weight --function-weight with a docstring, x --undocumented-weight without
+    fw = [args.function_weight * (1.0 if doc else args.undocumented_weight) for _, _, doc in funcs]
+    train_docs = train_files + [(label, text, w) for (label, text, _), w in zip(funcs, fw)]
     train_data, doc_starts = encode_docs_with_offsets(tokenizer, train_docs)
+    n_file_tok = doc_starts[len(train_files)] if funcs else len(train_data)
+    bounds = doc_starts + [len(train_data)]
+    mass = [(b - a) * d[2] for a, b, d in zip(bounds[:-1], bounds[1:], train_docs)]
+    func_share = sum(mass[len(train_files) :]) / sum(mass)
+    print(
+        f"train tokens: files {n_file_tok:,}, functions {len(train_data) - n_file_tok:,}; "
+        f"share of windows drawn from functions {func_share:.2f}",
+        flush=True,
+    )
     val_data = encode_docs(tokenizer, val_docs)
     print(f"tokens: train {len(train_data):,} val {len(val_data):,} ({time.time() - t_start:.0f}s)", flush=True)
 
@@ -735,6 +518,9 @@ def main(argv=None):
     draw_starts = window_sampler(doc_starts, len(train_data), [d[2] for d in train_docs], args.seq_len, gen)
     baseline_step = max(1, int(args.steps * args.baseline_frac))
     losses = []
+    log = open(work / "train_log.tsv", "w")
+    log.write("step\ttokens_seen\tloss50\tlr\telapsed_s\ttok_s_last50\ttok_s_mean\n")
+    t_last = time.time()
     model.train()
     t_train = time.time()
     bar = tqdm(range(args.steps), desc="train", mininterval=10, file=sys.stdout)
@@ -756,13 +542,22 @@ def main(argv=None):
         bar.set_postfix(
             loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}",
             tok_s=f"{(step + 1) * args.batch * args.seq_len / el:.0f}",
+            refresh=False,
         )
         if (step + 1) % 50 == 0:
+            seen, now = (step + 1) * args.batch * args.seq_len, time.time()
+            rate = 50 * args.batch * args.seq_len / (now - t_last)
+            t_last = now
             print(
                 f"step {step + 1} loss {sum(losses[-50:]) / 50:.4f} lr {opt.param_groups[0]['lr']:.2e} "
-                f"elapsed {el:.0f}s",
+                f"elapsed {el:.0f}s tok/s(last 50) {rate:.0f}",
                 flush=True,
             )
+            log.write(
+                f"{step + 1}\t{seen}\t{sum(losses[-50:]) / 50:.4f}\t{opt.param_groups[0]['lr']:.3e}\t{el:.1f}"
+                f"\t{rate:.0f}\t{seen / el:.0f}\n"
+            )
+            log.flush()
         if step + 1 == baseline_step:
             save_model(model, tokenizer, work / "baseline")
             print(f"saved baseline at step {step + 1}", flush=True)
@@ -770,6 +565,7 @@ def main(argv=None):
             save_model(model, tokenizer, work / "checkpoint")
             (work / "checkpoint" / "step.txt").write_text(str(step + 1))
     train_seconds = time.time() - t_train
+    log.close()
     model.eval()
     val_loss = batch_losses(model, val_data, args.seq_len, args.eval_tokens)
     print(f"done: {train_seconds:.0f}s, final val loss {val_loss:.4f}", flush=True)
@@ -792,6 +588,13 @@ def main(argv=None):
         "val_every": args.val_every,
         "train_tokens": len(train_data),
         "val_tokens": len(val_data),
+        "file_tokens": n_file_tok,
+        "function_tokens": len(train_data) - n_file_tok,
+        "functions": len(funcs),
+        "functions_documented": sum(f[2] for f in funcs),
+        "function_weight": args.function_weight,
+        "undocumented_weight": args.undocumented_weight,
+        "function_window_share": func_share,
         "seed": args.seed,
         "bf16": args.bf16,
         "steps": args.steps,
@@ -817,6 +620,8 @@ def main(argv=None):
                 "license": s["license"],
                 "files": len(s["files"]),
                 "bytes": sum(f["bytes"] for f in s["files"]),
+                "functions": s.get("functions", 0),
+                "function_bytes": s.get("function_bytes", 0),
                 "weight": sum(f["bytes"] * f["weight"] for f in s["files"])
                 / max(1, sum(f["bytes"] for f in s["files"])),
             }
