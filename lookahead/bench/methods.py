@@ -15,6 +15,7 @@ import torch
 
 from lookahead.bench import probes
 from lookahead.config import ENGINE_METHODS
+from lookahead.request import Request
 
 
 class MethodUnavailable(RuntimeError):
@@ -34,44 +35,22 @@ COMPILE = _compile_config()  # one object: generate recompiles when its compile 
 
 
 @dataclass
-class Settings:
+class Settings(Request):
     """What every method is asked to do for one prompt (the same for all of them)."""
 
-    max_new_tokens: int = 128
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    pad_token_id: int | None = None
     config_fields: dict = field(default_factory=dict)  # LookaheadConfig fields given on the command line
     keep_pool: bool = False  # one n-gram pool per variant, carried from prompt to prompt
     state: dict = field(default_factory=dict)  # per-variant state shared by its copies (the kept pool)
     prompt_lookup_num_tokens: int = 10
     max_matching_ngram_size: int = 2
-    attention_mask: torch.Tensor | None = None  # a left-padded batch's (the runner sets it per batch)
     compile: bool = False  # static cache and a compiled forward (generate's fast path) for every method
     max_cache_len: int | None = None  # with compile: one cache length for all prompts, so no recompiling
 
     def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
-        mask = self.attention_mask if self.attention_mask is not None else torch.ones_like(input_ids)
-        kwargs = {
-            "attention_mask": mask,
-            "max_new_tokens": self.max_new_tokens,
-            "do_sample": self.do_sample,
-        }
-        if self.do_sample:
-            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        if self.pad_token_id is not None:
-            kwargs["pad_token_id"] = self.pad_token_id
+        kwargs = super().generate_kwargs(input_ids)
         if self.compile:
             kwargs.update(cache_implementation="static", compile_config=COMPILE, max_cache_len=self.max_cache_len)
         return kwargs
-
-    def warpers(self):
-        """The processors ``generate`` builds for this sampling request."""
-        from lookahead.race import warpers
-
-        return warpers(self.temperature, self.top_p)
 
     def lookahead_config(self, method: str):
         import lookahead

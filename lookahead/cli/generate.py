@@ -17,6 +17,7 @@ from lookahead import loading
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.exactness import first_difference, full_precision
 from lookahead.race import TIE_GAP, race_gap
+from lookahead.request import Request
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing
@@ -65,34 +66,7 @@ def register(sub) -> None:
     p.set_defaults(func=run_command, validate=options.validate)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """What both decodings are asked to do (the ``generate`` keywords they share)."""
-
-    max_new_tokens: int = 128
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    pad_token_id: int | None = None
-
-    def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
-        kwargs = {
-            "attention_mask": torch.ones_like(input_ids),
-            "max_new_tokens": self.max_new_tokens,
-            "do_sample": self.do_sample,
-        }
-        if self.do_sample:
-            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        if self.pad_token_id is not None:
-            kwargs["pad_token_id"] = self.pad_token_id
-        return kwargs
-
-    def warpers(self):
-        """The processors ``generate`` builds for this sampling request."""
-        from lookahead.race import warpers
-
-        return warpers(self.temperature, self.top_p)
+Settings = Request  # what both decodings are asked to do
 
 
 def run_command(args) -> int:
