@@ -20,6 +20,20 @@ class Request:
     pad_token_id: int | None = None
     attention_mask: torch.Tensor | None = None  # a left-padded batch's (else all ones)
 
+    @classmethod
+    def from_args(cls, args, pad_token_id: int | None, **fields):
+        """From the command line's ``--max-new-tokens`` and sampling options (``fields``: the
+        rest of a subclass's fields)."""
+        return cls(
+            max_new_tokens=args.max_new_tokens,
+            do_sample=args.sample,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            pad_token_id=pad_token_id,
+            **fields,
+        )
+
     def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
         mask = self.attention_mask if self.attention_mask is not None else torch.ones_like(input_ids)
         kwargs = {"attention_mask": mask, "max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample}

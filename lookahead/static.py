@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
+from lookahead.cache import trim_rows
 from lookahead.costmodel import CostCurve, synchronize
 from lookahead.host import upload
 from lookahead.mask import attention_groups
@@ -56,9 +57,7 @@ def reusable_static_cache(model, need: int, rows: int = 1) -> StaticCache:
     cache = getattr(model, "_lookahead_cache", None)
     param = next(model.parameters())
     if cache is not None and cache.layers[0].max_cache_len >= need and _fits(cache, param, rows):
-        for layer in cache.layers:
-            if layer.is_initialized:
-                layer.cumulative_length.fill_(0)  # stale entries stay: every step's mask hides them
+        trim_rows(cache, 0)  # stale entries stay: every step's mask hides them
         return cache
     cache = full_static_cache(model, -(-need // ROUND) * ROUND)
     model._lookahead_cache = cache
@@ -173,14 +172,12 @@ class StaticSteps:
             device = self.cache.layers[0].keys.device
             dst = torch.arange(past_len, past_len + k, device=device)
             src = upload(device, np.array(keep))[0] + past_len
-        for layer in self.cache.layers:
-            if not layer.is_initialized:
-                continue
-            if moved:
-                d, s = dst.to(layer.keys.device), src.to(layer.keys.device)
-                layer.keys.index_copy_(2, d, layer.keys.index_select(2, s))
-                layer.values.index_copy_(2, d, layer.values.index_select(2, s))
-            layer.cumulative_length.fill_(past_len + k)
+            for layer in self.cache.layers:
+                if layer.is_initialized:
+                    d, s = dst.to(layer.keys.device), src.to(layer.keys.device)
+                    layer.keys.index_copy_(2, d, layer.keys.index_select(2, s))
+                    layer.values.index_copy_(2, d, layer.values.index_select(2, s))
+        trim_rows(self.cache, past_len + k)
 
     def prepare(self, calibrate: bool = True) -> None:
         """Before the prefill: compile every bucket not yet traced for this cache (a step of
@@ -213,7 +210,7 @@ class StaticSteps:
         if timing:
             self.costs = CostCurve.from_times(self.buckets, seconds)
             self.cache.__dict__["_lookahead_costs"] = self.costs
-        self._reset(0)
+        trim_rows(self.cache, 0)
         self.warmup_s += time.perf_counter() - started
 
     def _trace(self, b: int, groups: dict, param: torch.Tensor, repeats: int) -> float:
@@ -230,7 +227,7 @@ class StaticSteps:
         devices = {p.device for p in self.model.parameters()}
         best = float("inf")
         for i in range(repeats + 1):
-            self._reset(0)
+            trim_rows(self.cache, 0)
             synchronize(devices)
             started = time.perf_counter()
             self._run(self.compiled, ids, positions, masks)
@@ -238,8 +235,3 @@ class StaticSteps:
             if i:  # the first run compiles (or warms) the graph
                 best = min(best, time.perf_counter() - started)
         return best if repeats else 0.0
-
-    def _reset(self, length: int) -> None:
-        for layer in self.cache.layers:
-            if layer.is_initialized:
-                layer.cumulative_length.fill_(length)

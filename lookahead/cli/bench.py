@@ -129,13 +129,9 @@ def setup(args):
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
     max_len = loading.max_prompt_len(model, args.max_new_tokens)
     encoded = [prompts.encode(p, tokenizer, max_len) for p in chosen]
-    settings = methods.Settings(
-        max_new_tokens=args.max_new_tokens,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        pad_token_id=loading.pad_token_id(model, tokenizer),
+    settings = methods.Settings.from_args(
+        args,
+        loading.pad_token_id(model, tokenizer),
         keep_pool=args.keep_pool,
         compile=args.compile,
         # one cache length for every prompt: a compiled forward is specialised to it

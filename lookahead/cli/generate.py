@@ -73,14 +73,7 @@ def run_command(args) -> int:
     config = options.config_from_args(args)  # bad --set fails before the model loads
     prompt = _read_prompt(args.prompt)
     model, tokenizer = options.load_model(args)
-    settings = Settings(
-        max_new_tokens=args.max_new_tokens,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        pad_token_id=loading.pad_token_id(model, tokenizer),
-    )
+    settings = Settings.from_args(args, loading.pad_token_id(model, tokenizer))
     to_stdout = args.json == options.STDOUT
     try:
         outcome = run(model, tokenizer, prompt, settings, config, stream=not to_stdout, compare=args.compare)
