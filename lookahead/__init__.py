@@ -11,6 +11,7 @@ from lookahead.default_model import default_model_path, load_default_model
 from lookahead.export import export_custom_generate
 from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
+from lookahead.suffix import SuffixIndex
 from lookahead.support import Unsupported
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "LookaheadDecoderOnlyOutput",
     "LookaheadStats",
     "NgramPool",
+    "SuffixIndex",
     "Unsupported",
     "custom_generate",
     "default_model_path",

@@ -21,6 +21,7 @@ from lookahead.noise import NoiseStream
 from lookahead.pool import NgramPool
 from lookahead.static import StaticSteps, reusable_static_cache
 from lookahead.stats import LookaheadStats
+from lookahead.suffix import SuffixIndex
 from lookahead.support import Unsupported, check_model, check_request
 from lookahead.verify import GreedyRule, SamplingRule
 
@@ -80,6 +81,7 @@ def generate(
     lookahead_stats: LookaheadStats | None = None,
     lookahead_pool: NgramPool | None = None,
     lookahead_costs: CostCurve | None = None,
+    lookahead_index: SuffixIndex | None = None,
     streamer=None,
     generator: torch.Generator | None = None,
     **kwargs,
@@ -103,6 +105,9 @@ def generate(
             forward over ``[B, k]`` against one over ``[B, 1]``). Default: measured once per
             model, dtype, device, thread count and batch size (about a second) and kept in
             ``~/.cache/lookahead/costs.json``; under ``torch.distributed`` rank 0's curve.
+        lookahead_index: a ``SuffixIndex`` over a corpus (``lookahead index build``, then
+            ``SuffixIndex.load(path)``) that the copy guess also drafts from: the code base a
+            code assistant works in, say. It is only read, so processes may share one.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             which ``generate`` uses: under ``torch.manual_seed(s)`` the tokens are seeded
             ``model.generate``'s, batches included).
@@ -137,6 +142,7 @@ def generate(
         lookahead_stats=lookahead_stats,
         lookahead_pool=lookahead_pool,
         lookahead_costs=lookahead_costs,
+        lookahead_index=lookahead_index,
         lookahead_streamer=streamer,
         lookahead_generator=generator,
         **kwargs,
@@ -165,6 +171,21 @@ def _check_pool(pool, config: LookaheadConfig) -> None:
         raise ValueError(
             f"lookahead_pool holds ngram={pool.ngram}, guesses={pool.guesses}, but lookahead_config has "
             f"ngram={config.ngram}, guesses={config.guesses}; they must match"
+        )
+
+
+def _check_index(index, model) -> None:
+    if index is None:
+        return
+    if not isinstance(index, SuffixIndex):
+        raise TypeError(
+            f"lookahead_index must be a lookahead.SuffixIndex (SuffixIndex.load(path)), got {type(index).__name__}"
+        )
+    vocab = getattr(model.config, "vocab_size", None)
+    if vocab and len(index) and int(index.text.max()) >= int(vocab):
+        raise ValueError(
+            f"lookahead_index holds token id {int(index.text.max())}, but the model has {vocab} ids: "
+            "an index built with another tokenizer"
         )
 
 
@@ -202,6 +223,7 @@ def custom_generate(
     lookahead_stats=None,
     lookahead_pool=None,
     lookahead_costs=None,
+    lookahead_index=None,
     lookahead_streamer=None,
     lookahead_generator=None,
     **model_kwargs,
@@ -222,6 +244,7 @@ def custom_generate(
         vocab = getattr(model.config, "vocab_size", None)
         if vocab:
             lookahead_pool.check_vocabulary(int(vocab))
+    _check_index(lookahead_index, model)
     if lookahead_costs is not None and not isinstance(lookahead_costs, CostCurve):
         raise TypeError(f"lookahead_costs must be a lookahead.CostCurve, got {type(lookahead_costs).__name__}")
     check_request(generation_config)
@@ -289,6 +312,7 @@ def custom_generate(
             keep_scores=keep_scores,
             keep_logits=keep_logits,
             costs=costs,
+            index=lookahead_index,
             pad=_pad_token(generation_config),
             pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
             static=static,
@@ -307,6 +331,7 @@ def custom_generate(
             pool=lookahead_pool,
             costs=costs,
             static=static,
+            index=lookahead_index,
             streamer=streamer,
             keep_scores=keep_scores,
             keep_logits=keep_logits,

@@ -46,6 +46,7 @@ from lookahead.static import StaticSteps, bucket_for
 from lookahead.stats import LookaheadStats
 from lookahead.stopping import fast_check
 from lookahead.successors import SuccessorTable
+from lookahead.suffix import SuffixIndex
 from lookahead.verify import walk
 
 
@@ -73,8 +74,10 @@ class BatchDecoder:
         keep_scores: bool,
         keep_logits: bool,
         static: StaticSteps | None = None,
+        index: SuffixIndex | None = None,
     ):
         self.model, self.config, self.rule, self.stats = model, config, rule, stats
+        self.index = index  # a corpus every row's copy guess drafts from
         self.stopping_criteria = stopping_criteria
         self.pool = pool
         if pool is None and config.uses_pool:
@@ -133,7 +136,7 @@ class BatchDecoder:
             rule.row = r  # its row of a sampling rule's noise blocks
             if rule.processors:
                 rule.processors = RowView(rule.processors, r, rows)
-            planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool)
+            planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool, self.costs, index=self.index)
             planner.seed(
                 np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
                 self.groups,
@@ -347,6 +350,7 @@ def batch_decode(
     pad: int | None = None,
     pad_after_stop: bool = False,
     static: StaticSteps | None = None,
+    index: SuffixIndex | None = None,
 ):
     """Generate after the left-padded ``input_ids`` (``[B, n]``) until every row stopped.
 
@@ -365,6 +369,7 @@ def batch_decode(
         keep_scores,
         keep_logits,
         static,
+        index,
     )
     decoder.prefill(input_ids, attention_mask)
     while not decoder.done:

@@ -9,11 +9,11 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
-from lookahead.controller import COPY, FULL, PLAIN, ShapeController
+from lookahead.controller import COPY, FULL, LEAN, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
+from lookahead.drafts import CopyDrafter
 from lookahead.host import fetch, upload
 from lookahead.mask import StepMask, attention_groups
 from lookahead.pool import NgramPool
@@ -21,6 +21,7 @@ from lookahead.sequence import TokenSequence
 from lookahead.static import StaticSteps
 from lookahead.stats import LookaheadStats
 from lookahead.successors import SuccessorTable
+from lookahead.suffix import SuffixIndex
 from lookahead.tree import GuessTree
 from lookahead.verify import walk
 from lookahead.window import JacobiWindow
@@ -42,6 +43,7 @@ class Decoder:
         pool: NgramPool | None = None,
         costs: CostCurve | None = None,
         static: StaticSteps | None = None,
+        index: SuffixIndex | None = None,
     ):
         self.model = model
         self.static = static  # steps on a StaticCache (``cache`` is then ``static.cache``)
@@ -56,16 +58,24 @@ class Decoder:
                 if pool is not None
                 else NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
             )
-        self._copy_out = np.empty(config.copy_length, dtype=np.int64)
-        self._copied = self._copy_out[:0]
-        # the copy guess grows while it holds in full and shrinks to what held when it breaks,
-        # so copying stretches pay for their length and other text costs two tokens a step
-        self.copy_budget = min(config.copy_length, 4)
         self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
         self.controller = ShapeController(
             costs, adaptive=config.adaptive and config.method == "lookahead", copy_shape=config.copy_shape
         )
+        self.drafter = None
+        if config.uses_copy:
+            pool = self.pool
+            adaptive = self.controller.adaptive  # a fixed shape feeds the whole draft
+            self.drafter = CopyDrafter(
+                config.copy_length,
+                config.copy_match,
+                config.copy_min_prob,
+                self.controller.costs if adaptive else None,
+                self.controller.overhead,
+                history=(lambda: pool.history_index) if pool is not None else None,
+                corpus=index,
+            )
         self.step_mask: StepMask | None = None  # root + window + guesses
         self.lean_mask: StepMask | None = None  # root + guesses
 
@@ -127,6 +137,10 @@ class Decoder:
     def step(self, seq: TokenSequence) -> None:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         shape = self.controller.choose()
+        if shape == PLAIN and self.drafter is not None:
+            # the copy guess's own budget decides whether a draft pays this step (where it is
+            # the only source, a lean step feeds it alone)
+            shape = COPY if COPY in self.controller.shapes else LEAN
         window = self.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
         step = self._layout(seq, window, past_len, guess=shape != PLAIN, copy_only=shape == COPY)
@@ -152,24 +166,25 @@ class Decoder:
     def learn(self, seq: TokenSequence, preds: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
         """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
         move the window on (by its newest level's predictions, from ``preds``, the host argmax
-        ``[q]`` of the step's logits, when it was fed), file the new n-grams and size the next
-        copy guess."""
+        ``[q]`` of the step's logits, when it was fed), file the new n-grams and score the
+        copy guess's nodes."""
         if windowed:
             self._advance_window(preds, accepted, root)
         else:
             self.window.slide(accepted)
         self.learn_text(seq, accepted)
-        self._size_copy(seq.tokens[-accepted:])
+        if self.drafter is not None:
+            self.drafter.learn(seq.tokens[-accepted:])
 
     def _layout(
         self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool, copy_only: bool = False
     ) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
-        if not guess and window is None and self._maskless_plain:
+        tree, tokens, cands, origins = self.plan(seq, window, guess, copy_only)
+        if window is None and not tree.size and self._maskless_plain:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
             return Layout(ROOT_ONLY, ids, self._zero_offset, None, None, (), False, host)
-        tree, tokens, cands, origins = self.plan(seq, window, guess, copy_only)
         sizes = {
             name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
             for name, i in self.layer_index.items()
@@ -191,18 +206,22 @@ class Decoder:
         return tree, head + tree.tokens.tolist(), cands, origins
 
     def _record(self, shape: str, step: Layout, appended: list[int]) -> None:
-        """Count the step, credit the source of its accepted guesses, inform the controller."""
-        self.count(shape, step, step.ids.shape[1], appended)
-        self.controller.record(shape, len(appended), step.ids.shape[1])
+        """Count the step, credit the source of its accepted guesses, inform the controller
+        (a step that fed its root alone counts as plain; the controller learns what the shape
+        it chose gave, so a copy step whose draft did not pay teaches it as a copy step)."""
+        fed = step.ids.shape[1]
+        self.count(shape, step, fed, appended)
+        self.controller.record(shape, len(appended), fed)
 
     def count(self, shape: str, step: Layout, fed: int, appended: list[int]) -> None:
-        """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats."""
+        """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats (one that
+        fed its root alone is a plain step, whatever shape found nothing to guess)."""
         stats, accepted = self.stats, len(appended)
         stats.steps += 1
         stats.guess_tokens += fed - 1
         stats.lean_steps += int(not step.windowed)
-        stats.plain_steps += int(shape == PLAIN)
-        stats.copy_steps += int(shape == COPY)
+        stats.plain_steps += int(shape == PLAIN or fed == 1)
+        stats.copy_steps += int(shape == COPY and fed > 1)
         stats.record_step(accepted)
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
@@ -224,16 +243,9 @@ class Decoder:
     def _guesses(self, seq: TokenSequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
         """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
         ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
-        cfg = self.config
         parts = {}
-        if cfg.uses_copy:
-            out = self._copy_out[: self.copy_budget]
-            if self.pool is not None and self.pool.history.shape[0]:
-                n = kernels.copy_guess_with_history(self.pool.history, seq.array(), cfg.copy_match, out.shape[0], out)
-            else:
-                n = kernels.copy_guess(seq.array(), cfg.copy_match, out.shape[0], out)
-            self._copied = out[:n]
-            parts["copy"] = self._copied[None]
+        if self.drafter is not None:
+            parts["copy"] = self.drafter.propose(seq.array())
         if self.pool is not None and not copy_only:
             # a step follows the prefill: the prompt's last token precedes its first token
             parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], seq.tokens[-2])
@@ -244,20 +256,6 @@ class Decoder:
         parts = {name: rows for name, rows in parts.items() if rows.size}
         origins = tuple(name for name, rows in parts.items() for _ in range(rows.shape[0]))
         return _stack_rows(list(parts.values())), origins
-
-    def _size_copy(self, appended: list[int]) -> None:
-        """Grow the copy guess after it held in full, else cut it to what held (+2)."""
-        copied = self._copied.tolist()
-        if not copied:
-            return
-        held = 0
-        while held < min(len(copied), len(appended)) and copied[held] == appended[held]:
-            held += 1
-        if held == len(copied):
-            self.copy_budget = min(2 * self.copy_budget, self.config.copy_length)
-        else:
-            self.copy_budget = min(held + 2, self.config.copy_length)
-        self._copied = self._copy_out[:0]
 
     def _advance_window(self, preds: torch.Tensor, accepted: int, root: int) -> None:
         """The newest level's predictions (rows of the host argmax ``preds`` ``[q]``) become a
@@ -344,16 +342,18 @@ def lookahead_decode(
     keep_logits=False,
     costs: CostCurve | None = None,
     static: StaticSteps | None = None,
+    index: SuffixIndex | None = None,
 ) -> TokenSequence:
     """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop.
 
     ``costs`` prices the step shapes for the adaptive controller (proportional when None);
-    ``static`` runs the steps on its ``StaticCache`` (then ``cache`` is ``static.cache``).
+    ``static`` runs the steps on its ``StaticCache`` (then ``cache`` is ``static.cache``);
+    ``index`` is a corpus the copy guess also drafts from.
     """
     if position_ids is None:
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
     seq = TokenSequence(input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits)
-    decoder = Decoder(model, config, rule, cache, stats, pool, costs, static)
+    decoder = Decoder(model, config, rule, cache, stats, pool, costs, static, index)
     decoder.prefill(seq, attention_mask, position_ids)
     while not seq.done:
         decoder.step(seq)

@@ -1,4 +1,5 @@
-"""Numba kernels: the n-gram pool's hash table and the merging of guesses into a trie.
+"""Numba kernels: the n-gram pool's hash table, recycled successors and the merging of guesses
+into a trie (the copy guess's are in ``suffix_kernels.py``).
 
 Pure functions over numpy arrays, compiled once with ``cache=True``. No torch here; the
 classes in ``pool.py`` and ``tree.py`` hold the arrays and call these.
@@ -137,84 +138,6 @@ def text_ngrams(tokens, start, n):
         for j in range(n):
             out[r, j] = tokens[first + r + j]
     return out, before
-
-
-@njit(cache=True)
-def _match_length(tokens, end, cap):
-    """How many tokens before index ``end`` (exclusive) equal the text's last ones, <= cap."""
-    n = tokens.shape[0]
-    m = 0
-    while m < cap and m < end and tokens[end - 1 - m] == tokens[n - 1 - m]:
-        m += 1
-    return m
-
-
-@njit(cache=True)
-def _best_match(tokens, max_match):
-    """``(end, m)``: the latest earlier index ``end`` whose preceding tokens match the most
-    trailing tokens of the text (m <= max_match; end = -1 when none matches)."""
-    n = tokens.shape[0]
-    best, best_m = -1, 0
-    for end in range(n - 1, 0, -1):
-        m = _match_length(tokens, end, min(max_match, n - 1))
-        if m > best_m:
-            best, best_m = end, m
-            if m == max_match:
-                break
-    return best, best_m
-
-
-@njit(cache=True)
-def copy_guess(tokens, max_match, length, out):
-    """Prompt lookup over the text itself, by longest suffix match: find the earlier
-    occurrence of the text's end that matches the most trailing tokens (at most
-    ``max_match``; the latest among equals) and copy the ``length`` tokens that followed it
-    into ``out`` (reaching the end of the text, the copy continues from its own start, as
-    the text would if it repeated). Returns how many were copied (0: no match)."""
-    best, best_m = _best_match(tokens, max_match)
-    if best < 0:
-        return 0
-    return _copy_from(tokens, best, length, out)
-
-
-@njit(cache=True)
-def _copy_from(tokens, best, length, out):
-    n = tokens.shape[0]
-    # past the text's end the copy goes on copying itself: a match p tokens back predicts a
-    # loop of period p, not a guess cut short after p tokens
-    m = min(length, out.shape[0])
-    for j in range(m):
-        src = best + j
-        out[j] = tokens[src] if src < n else out[src - n]
-    return m
-
-
-@njit(cache=True)
-def copy_guess_with_history(history, tokens, max_match, length, out):
-    """``copy_guess``, and where ``history`` (earlier texts, each followed by -1) holds an
-    occurrence matching more trailing tokens than the text itself does, the copy of what
-    followed that one instead (up to the end of its text). Returns how many were copied."""
-    best, best_m = _best_match(tokens, max_match)
-    n, h = tokens.shape[0], history.shape[0]
-    cap = min(max_match, n)
-    hist_end, hist_m = -1, best_m
-    for end in range(h - 1, 0, -1):
-        if hist_m == cap:
-            break
-        if history[end] < 0:
-            continue  # nothing follows the end of an earlier text
-        m = 0
-        while m < cap and m < end and history[end - 1 - m] == tokens[n - 1 - m]:
-            m += 1
-        if m > hist_m:
-            hist_end, hist_m = end, m
-    if hist_end < 0:
-        return 0 if best < 0 else _copy_from(tokens, best, length, out)
-    copied = 0
-    while copied < min(length, out.shape[0]) and hist_end + copied < h and history[hist_end + copied] >= 0:
-        out[copied] = history[hist_end + copied]
-        copied += 1
-    return copied
 
 
 @njit(cache=True)

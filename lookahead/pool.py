@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lookahead import kernels
+from lookahead.suffix import SuffixIndex
 
 
 def _power_of_two(n: int) -> int:
@@ -57,12 +58,21 @@ class NgramPool:
             raise ValueError(f"history must be an int >= 0 (tokens kept), got {history!r}")
         self.history_capacity = history
         self._history = np.zeros(0, dtype=np.int64)
+        self._history_index: SuffixIndex | None = None
 
     @property
     def history(self) -> np.ndarray:
         """int64 ``[<= history]``: the newest texts :meth:`remember` was given, each followed
         by -1; the copy guess of a later request also copies from them."""
         return self._history
+
+    @property
+    def history_index(self) -> SuffixIndex | None:
+        """A suffix index over :attr:`history` (None while it is empty), built when first
+        needed after a text was remembered: the copy guess drafts from it in ``O(log N)``."""
+        if self._history_index is None and self._history.shape[0]:
+            self._history_index = SuffixIndex(self._history)
+        return self._history_index
 
     def remember(self, tokens: np.ndarray) -> None:
         """Keep a finished text (prompt and output) for later requests' copy guesses; the
@@ -71,6 +81,7 @@ class NgramPool:
             return
         text = np.append(np.asarray(tokens, dtype=np.int64), -1)
         self._history = np.concatenate([self._history, text])[-self.history_capacity :]
+        self._history_index = None
 
     @property
     def capacity(self) -> int:

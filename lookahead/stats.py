@@ -22,7 +22,8 @@ class LookaheadStats:
         source_tokens: accepted guessed tokens by the source whose guess matched them
             (``window``, ``copy``, ``pool``, ``successors``; ties go to the first in that order).
         lean_steps: steps that ran without the window (lean or plain: the controller backed off).
-        plain_steps: steps that ran the last token alone, as plain decoding.
+        plain_steps: steps that fed the last token alone, as plain decoding (a shape that
+            found no guess included).
         copy_steps: steps that fed the copy guess alone (the controller's ``copy`` shape).
         forward_s: seconds spent inside the model's forward (prefill included).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.

@@ -2,12 +2,11 @@
 
 Token buffers past their growth; default stopping criteria answered without running them and
 ``ignore_stops``; which source a step's accepted guesses are credited to; every stats count
-against what the forwards were fed; the copy guess's budget step by step (also around the
-adaptive controller's plain steps); recycled guesses' length; the window's pool keys (one- and
-two-token); each text n-gram filed exactly once; one source named per guess row; guess rows
-padded with -1; models the other tests never build (one layer, no ``logits_to_keep``,
-``use_cache=False``); plain steps on padded and sliding-window models; the cost curve the
-controller weighs.
+against what the forwards were fed; the copy guess fed as far as it pays; recycled guesses'
+length; the window's pool keys (one- and two-token); each text n-gram filed exactly once; one
+source named per guess row; guess rows padded with -1; models the other tests never build
+(one layer, no ``logits_to_keep``, ``use_cache=False``); plain steps on padded and
+sliding-window models; the cost curve the controller weighs.
 """
 
 from __future__ import annotations
@@ -289,9 +288,9 @@ def test_plain_steps_equal_greedy(family, padded):
 
 
 def test_controller_weighs_the_given_cost_curve():
-    """Guessing that costs almost nothing never backs off to plain decoding; guessing that
-    costs in proportion to the tokens fed does, on the same random text (measured: 0 and 24
-    plain steps of 15 and 31)."""
+    """Guessing that costs almost nothing keeps guessing (plain steps only where no source had
+    a guess); guessing that costs in proportion to the tokens fed backs off, on the same
+    random text (measured: 7 plain steps of 20 and 37 of 40)."""
     model = tiny_model("llama", "sdpa")
     kwargs = dict(max_new_tokens=48, eos_token_id=None, pad_token_id=0, attention_mask=(RANDOM != 0).long())
     plain = {}
@@ -299,52 +298,34 @@ def test_controller_weighs_the_given_cost_curve():
         stats = lookahead.LookaheadStats()
         lookahead.generate(model, RANDOM, lookahead_stats=stats, lookahead_costs=CostCurve.linear(per_token), **kwargs)
         plain[per_token] = stats.plain_steps
-    assert plain[0.01] == 0 and plain[1.0] > 10
+    assert plain[0.01] < plain[1.0] // 3 and plain[1.0] > 10
 
 
-@pytest.mark.parametrize("adaptive", [False, True])
-def test_copy_guess_follows_its_budget(adaptive):
-    """The copy guess (LookaheadConfig.copy_length) starts at 4 tokens, doubles each time it
-    holds in full and drops to what held + 2 when it breaks, never above ``copy_length``;
-    with a match it always copies its whole budget (kernels.copy_guess). A step that fed no
-    copy (no match, or a plain step of the adaptive controller) leaves the budget. Checked
-    step by step from what each forward was fed, on a copy-only config."""
+@pytest.mark.parametrize("per_token", [1e-3, 1.0])
+def test_copy_guess_feeds_what_pays(per_token):
+    """The copy guess feeds as much of its draft as pays for its cost: where a forward's
+    tokens are nearly free, whole trees of many nodes; where each fed token costs as much as
+    a forward, none (no node holds surely enough), so every step is plain. Exact both ways;
+    checked from what each forward was fed, on a copy-only config."""
     model = fresh_model("gpt2")
-    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, adaptive=adaptive, copy_length=16)
-    stats = LookaheadStats()
+    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, copy_length=16)
     fed = []
     model.register_forward_pre_hook(
-        lambda module, args, kwargs: fed.append((kwargs["input_ids"][0].tolist(), int(kwargs["position_ids"][0, 0]))),
-        with_kwargs=True,
+        lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
     )
-    copied, cuts = [], 0
     for prompt in ([4, 8, 15] * 5, [9, 9, 10, 11, 12] * 3, [5, 9, 14, 7, 22, 31] * 3):
         fed.clear()
         ids = torch.tensor([prompt])
+        kwargs = dict(max_new_tokens=48, eos_token_id=None, pad_token_id=0)
         out = lookahead.generate(
-            model,
-            ids,
-            lookahead_config=config,
-            max_new_tokens=48,
-            eos_token_id=None,
-            pad_token_id=0,
-            lookahead_stats=stats,
-            lookahead_costs=CostCurve.linear(1.0),
-        )[0].tolist()
+            model, ids, lookahead_config=config, lookahead_costs=CostCurve.linear(per_token), **kwargs
+        )
         steps = fed[1:]  # after the prefill
-        budget = 4
-        for i, (tokens, root) in enumerate(steps):
-            guess = tokens[1:]
-            assert len(guess) in (0, budget)
-            end = steps[i + 1][1] + 1 if i + 1 < len(steps) else len(out)
-            appended = out[root + 1 : end]
-            if guess:
-                held = _common(guess, appended)
-                budget = min(2 * budget, 16) if held == len(guess) else min(held + 2, 16)
-                cuts += held < len(guess)
-                copied.append(len(guess))
-    assert max(copied) == 16 and cuts > 0
-    assert (stats.plain_steps > 10) == adaptive
+        assert out.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+        if per_token < 0.01:
+            assert max(steps) > 8 and len(steps) < 24
+        else:
+            assert set(steps) == {1}
 
 
 def test_stack_rows_pads_shorter_rows_with_minus_one():
@@ -528,7 +509,8 @@ def test_stats_count_what_the_forwards_did():
     assert stats.guess_tokens == sum(n - 1 for n, _ in steps)
     assert stats.pool_lookups == len(steps)
     assert stats.pool_hits == sum(n > 1 for n, _ in steps) > 0
-    assert (stats.lean_steps, stats.plain_steps) == (0, 0)  # adaptive=False: the full shape always
+    # adaptive=False: the full shape always (plain where it found no guess)
+    assert (stats.lean_steps, stats.plain_steps) == (0, sum(n == 1 for n, _ in steps))
     assert stats.source_tokens == {"pool": sum(accepted) - len(steps)}
     assert 0 < stats.forward_s < stats.total_s
 

@@ -1,0 +1,118 @@
+"""A suffix index over fixed texts (earlier requests, a corpus): where the current text's end
+occurred in them, and what followed, in ``O(m log N)`` per match of m tokens.
+
+The index is the texts as one int32 array (each text followed by -1) and its suffix array,
+int32 too: 8 bytes per indexed token, nothing else. ``lookahead index build`` writes one for
+a corpus; :class:`~lookahead.pool.NgramPool` keeps one over the texts of earlier requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from lookahead import suffix_kernels
+
+SORT_DEPTH = 64  # suffixes are sorted by their first SORT_DEPTH tokens: more than any match and draft
+BYTES_PER_TOKEN = 8
+
+
+def suffix_array(text: np.ndarray, depth: int = SORT_DEPTH) -> np.ndarray:
+    """int32 ``[N]``: the start positions of ``text``'s suffixes in the order of their first
+    ``depth`` tokens (-1 separators sort before every token; an ended suffix before both),
+    ties by position. Prefix doubling with numpy: ``O(N log N log depth)``."""
+    n = text.shape[0]
+    if n >= 1 << 31:
+        raise ValueError(f"a suffix index holds fewer than 2**31 tokens, got {n}")
+    rank = text.astype(np.int64) + 2  # -1 -> 1; "past the end" is 0
+    order = np.argsort(rank, kind="stable")
+    k = 1
+    while k < depth and n > 1:
+        second = np.zeros(n, dtype=np.int64)
+        second[: n - k] = rank[k:]
+        order = np.lexsort((second, rank))
+        first, after = rank[order], second[order]
+        change = np.ones(n, dtype=np.int64)
+        change[1:] = (first[1:] != first[:-1]) | (after[1:] != after[:-1])
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.cumsum(change)
+        if rank.max() == n:  # every suffix has its own rank: fully sorted
+            break
+        k *= 2
+    return order.astype(np.int32)
+
+
+def join_texts(texts: Iterable[np.ndarray]) -> np.ndarray:
+    """The texts as one int32 array, each followed by -1."""
+    parts = []
+    for text in texts:
+        parts.append(np.asarray(text, dtype=np.int32))
+        parts.append(np.array([-1], dtype=np.int32))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+class SuffixIndex:
+    """A read-only suffix index over ``text`` (int32 ``[N]``, texts separated by -1).
+
+    ``sa`` is its suffix array when already built (a loaded file), else it is built here.
+    """
+
+    def __init__(self, text: np.ndarray, sa: np.ndarray | None = None):
+        self.text = np.ascontiguousarray(text, dtype=np.int32)
+        self.sa = np.ascontiguousarray(sa if sa is not None else suffix_array(self.text), dtype=np.int32)
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[np.ndarray]) -> SuffixIndex:
+        return cls(join_texts(texts))
+
+    def __len__(self) -> int:
+        """Tokens indexed (separators included)."""
+        return self.text.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.text.nbytes + self.sa.nbytes
+
+    def count(self, pattern) -> int:
+        """How often ``pattern`` (a token sequence) occurs in the texts."""
+        query = np.asarray(pattern, dtype=np.int64)
+        if not query.shape[0]:
+            return len(self)
+        lo, hi = suffix_kernels.suffix_range(self.text, self.sa, query, query.shape[0])
+        return int(hi - lo)
+
+    def save(self, path) -> None:
+        """Write ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""
+        np.savez(path, text=self.text, sa=self.sa, format=np.array([1]))
+
+    @classmethod
+    def load(cls, path, vocab_size: int | None = None) -> SuffixIndex:
+        """Read an index written by :meth:`save` (``allow_pickle=False``). A file is input:
+        arrays of the wrong shape, dtype or values raise ``ValueError`` naming them."""
+        with np.load(path, allow_pickle=False) as data:
+            for name in ("text", "sa"):
+                if name not in data:
+                    raise ValueError(f"{path}: not a lookahead suffix index (no array {name!r})")
+            text, sa = data["text"], data["sa"]
+        for name, array in (("text", text), ("sa", sa)):
+            if array.ndim != 1 or array.dtype != np.int32:
+                raise ValueError(f"{path}: array {name!r} must be int32 [N], got {array.dtype} {array.shape}")
+        if sa.shape != text.shape:
+            raise ValueError(f"{path}: array 'sa' has {sa.shape[0]} rows, but 'text' holds {text.shape[0]} tokens")
+        check_text(text, vocab_size, f"{path}: array 'text'")
+        if text.size and (int(sa.min()) < 0 or int(sa.max()) >= text.shape[0]):
+            raise ValueError(f"{path}: array 'sa' holds positions outside [0, {text.shape[0] - 1}]")
+        if text.size and np.bincount(sa, minlength=text.shape[0]).max() != 1:
+            raise ValueError(f"{path}: array 'sa' is not a permutation of the text's positions")
+        return cls(text, sa)
+
+
+def check_text(text: np.ndarray, vocab_size: int | None, what: str) -> None:
+    """``ValueError`` unless every value of ``text`` is -1 (a separator) or a token id < vocab_size."""
+    if not text.size:
+        return
+    lo, hi = int(text.min()), int(text.max())
+    if lo < -1 or (vocab_size is not None and hi >= vocab_size):
+        top = f"{vocab_size - 1}" if vocab_size is not None else "inf"
+        raise ValueError(f"{what} holds values in [{lo}, {hi}]; allowed: -1 (separator) or token ids in [0, {top}]")
