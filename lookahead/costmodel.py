@@ -30,7 +30,7 @@ import torch
 from lookahead import distributed
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
-CONTEXT = 64
+CONTEXTS = (64, 256)  # past lengths the steps are timed after (a short and a longer text)
 REPEATS = 7
 _MEMO: dict[str, CostCurve] = {}
 
@@ -136,6 +136,7 @@ def curve_key(model, rows: int = 1) -> str:
         str(torch.get_num_threads()),
         torch.__version__,
         str(getattr(model.config, "_attn_implementation", None)),
+        "masked steps at two contexts",  # how calibrate measures: curves measured otherwise are not reused
     ]
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were
@@ -146,16 +147,41 @@ def curve_key(model, rows: int = 1) -> str:
 
 
 @torch.no_grad()
-def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS, rows: int = 1) -> CostCurve:
-    """Time forwards of each query length after a ``context``-token cache, in ``repeats``
-    rounds over all lengths; each length's fastest run counts (the least disturbed by other
-    work on the machine). With ``rows`` > 1 every forward runs that many rows: a batch's
-    curve (its unit is a ``[rows, 1]`` forward, which costs far less than ``rows``
-    one-token forwards)."""
+def calibrate(
+    model, sizes=SIZES, contexts: tuple[int, ...] = CONTEXTS, repeats: int = REPEATS, rows: int = 1
+) -> CostCurve:
+    """Time forwards of each query length after caches of each of ``contexts`` tokens, in
+    ``repeats`` rounds over all lengths; each length's fastest run counts (the least disturbed
+    by other work on the machine), and a length's cost is its mean over the contexts relative
+    to the one-token forward there. Steps of more than one token carry a 4D mask as the
+    decoder's do (one token runs maskless, as plain steps do; sliding-window models run
+    with their own masks). With ``rows`` > 1 every
+    forward runs that many rows: a batch's curve (its unit is a ``[rows, 1]`` forward, which
+    costs far less than ``rows`` one-token forwards)."""
+    devices = {p.device for p in model.parameters()}  # a device_map spreads the forward over several
+    longest = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    if longest:  # a model with few positions is timed within them
+        contexts = sorted({max(1, min(c, int(longest) - max(sizes))) for c in contexts})
+    masked = _full_attention(model.config)
+    per_context = [_time_sizes(model, sizes, context, repeats, rows, devices, masked) for context in contexts]
+    unit = sum(times[0] for times in per_context) / len(per_context)
+    relative = [sum(times[i] / times[0] for times in per_context) / len(per_context) for i in range(len(sizes))]
+    return CostCurve.from_times(sizes, [unit * r for r in relative])
+
+
+def _full_attention(config) -> bool:
+    """Whether every layer attends to the whole past (a sliding layer's cache holds less, so
+    one 4D mask would not fit it: such models are timed with their own masks)."""
+    layer_types = getattr(config, "layer_types", None) or ()
+    return getattr(config, "sliding_window", None) is None and not any("sliding" in t for t in layer_types)
+
+
+def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, masked: bool) -> list[float]:
+    """The fastest forward over each of ``sizes`` tokens after a ``context``-token cache
+    (``masked``: with a step's 4D mask beyond one token)."""
     from transformers.cache_utils import DynamicCache
 
     device = next(model.parameters()).device
-    devices = {p.device for p in model.parameters()}  # a device_map spreads the forward over several
     vocab = model.config.vocab_size
     ids = (torch.arange(context + max(sizes), device=device) % vocab).expand(rows, -1)
     prefilled = DynamicCache(config=model.config)
@@ -167,14 +193,23 @@ def calibrate(model, sizes=SIZES, context: int = CONTEXT, repeats: int = REPEATS
         for i, k in enumerate(sizes):
             query = ids[:, context : context + k]
             positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
+            mask = _step_mask(rows, k, context, model.dtype, device) if masked and k > 1 else None
             cache = copy.deepcopy(prefilled)  # sliding layers cannot be cropped back
             synchronize(devices)
             started = time.perf_counter()
-            model(input_ids=query, position_ids=positions, cache=cache, use_cache=True)
+            model(input_ids=query, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
             synchronize(devices)
             if round_:
                 best[i] = min(best[i], time.perf_counter() - started)
-    return CostCurve.from_times(sizes, best)
+    return best
+
+
+def _step_mask(rows: int, k: int, past: int, dtype, device) -> torch.Tensor:
+    """An additive 4D mask ``[rows, 1, k, past + k]`` like a guessing step's: the whole past,
+    then causal among the step's tokens (a chain: the densest a tree can be)."""
+    mask = torch.zeros(k, past + k, dtype=dtype, device=device)
+    mask[:, past:] = torch.triu(torch.full((k, k), torch.finfo(dtype).min, dtype=dtype, device=device), 1)
+    return mask[None, None].expand(rows, 1, k, past + k)
 
 
 def synchronize(devices) -> None:
