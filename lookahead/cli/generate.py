@@ -18,6 +18,7 @@ from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.exactness import first_difference, full_precision
 from lookahead.race import TIE_GAP, race_gap
 from lookahead.request import Request
+from lookahead.suffix import SuffixIndex
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing
@@ -54,6 +55,12 @@ def register(sub) -> None:
     options.max_new_tokens_option(p, 128, help="tokens to generate")
     options.sampling_options(p, sample_help="sample instead of greedy decoding", seed_help="torch seed for sampling")
     options.shape_options(p, method=True)
+    p.add_argument(
+        "--index",
+        default=None,
+        metavar="PATH.npz",
+        help="a corpus index (lookahead index build) that the copy guess also drafts from",
+    )
     g = p.add_argument_group("output")
     g.add_argument(
         "--compare",
@@ -74,9 +81,12 @@ def run_command(args) -> int:
     prompt = _read_prompt(args.prompt)
     model, tokenizer = options.load_model(args)
     settings = Settings.from_args(args, loading.pad_token_id(model, tokenizer))
+    index = SuffixIndex.load(args.index, getattr(model.config, "vocab_size", None)) if args.index else None
     to_stdout = args.json == options.STDOUT
     try:
-        outcome = run(model, tokenizer, prompt, settings, config, stream=not to_stdout, compare=args.compare)
+        outcome = run(
+            model, tokenizer, prompt, settings, config, stream=not to_stdout, compare=args.compare, index=index
+        )
     except lookahead.Unsupported as err:
         raise UsageError(f"lookahead cannot serve this model: {err}") from err
     if not to_stdout:
@@ -126,16 +136,19 @@ def run(
     *,
     stream: bool = True,
     compare: bool = False,
+    index: SuffixIndex | None = None,
 ) -> Outcome:
     """Generate a continuation of ``prompt``; with ``stream`` print it to stdout as tokens are
-    accepted (prompt skipped); with ``compare`` also run plain ``model.generate`` and time both."""
+    accepted (prompt skipped); with ``compare`` also run plain ``model.generate`` and time both;
+    ``index``: a corpus the copy guess drafts from."""
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
     ids = torch.tensor(
         [_encode(tokenizer, prompt, loading.max_prompt_len(model, settings.max_new_tokens))],
         device=next(model.parameters()).device,
     )
-    _warm_up(model, ids, settings, config, plain=compare)
+    config_kwargs = {"lookahead_config": config, "lookahead_index": index}
+    _warm_up(model, ids, settings, config_kwargs, plain=compare)
     streamer = _streamer(tokenizer) if stream else None
     stats = lookahead.LookaheadStats()
     out, wall = _timed(
@@ -143,9 +156,9 @@ def run(
         lambda: lookahead.generate(
             model,
             ids,
-            lookahead_config=config,
             lookahead_stats=stats,
             streamer=streamer,
+            **config_kwargs,
             **settings.generate_kwargs(ids),
         ),
     )
@@ -246,9 +259,9 @@ def _timed(seed: int, call):
         return out, time.perf_counter() - started
 
 
-def _warm_up(model, ids, settings: Settings, config, plain: bool) -> None:
+def _warm_up(model, ids, settings: Settings, config_kwargs: dict, plain: bool) -> None:
     kwargs = replace(settings, max_new_tokens=min(WARMUP_TOKENS, settings.max_new_tokens)).generate_kwargs(ids)
-    _timed(settings.seed, lambda: lookahead.generate(model, ids, lookahead_config=config, **kwargs))
+    _timed(settings.seed, lambda: lookahead.generate(model, ids, **config_kwargs, **kwargs))
     if plain:
         _timed(settings.seed, lambda: model.generate(ids, **kwargs))
 

@@ -157,3 +157,25 @@ def test_batches_are_left_padded_groups():
     ids, mask = groups[0][1], groups[0][2]
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert groups[2][1].tolist() == [[15]] and groups[2][2] is None
+
+
+def test_multiturn_turns_carry_the_earlier_turns():
+    """Sessions of 3, 4, 5 turns in turn; turn t's prompt is turn t-1's, its answer, then the task."""
+    items = prompts.load_prompts("multiturn", limit=12)
+    sessions = [p.meta["session"] for p in items]
+    assert [sessions.count(s) for s in dict.fromkeys(sessions)] == [3, 4, 5]
+    rows = prompts._humaneval_rows(12)
+    for at, (prev, cur) in enumerate(zip(items, items[1:])):
+        if cur.meta["turn"]:
+            answer = rows[at]["canonical_solution"]
+            assert cur.text.startswith(prev.text + answer + "\n\n# Task")
+            assert cur.text.endswith(rows[at + 1]["prompt"])
+        else:
+            assert cur.text == "# Task 1\n" + rows[at + 1]["prompt"]
+
+
+def test_stdlib_test_prompts_are_held_out_code():
+    items = prompts.load_prompts("stdlib-tests", limit=5)
+    files = [p.id.split("/")[1].split(":")[0] for p in items]
+    assert len(set(files)) == 5 and all(f.startswith("test_") for f in files)
+    assert all(p.meta["expected"] and "def " in p.text for p in items)
