@@ -6,14 +6,16 @@ greedy (the baseline) and HF prompt lookup; greedy-mode outputs are checked agai
 Variants (``LookaheadConfig`` fields changed from the default):
 
     lookahead            the default configuration
-    -window              window=0 (no Jacobi window: pool, copy and successors only)
+    -window              window=0 (no Jacobi window: pool and copy guess only)
     -pool                guesses=0 (no n-gram pool)
-    -copy                copy_length=0 (no copy of the text after the longest suffix match)
-    -successors          successors=0 (no recycled predictions)
+    -copy                copy_length=0 (no suffix-drafted copy guess)
+    +successors          successors=2 (recycled predictions on; off by default)
     -adaptive            adaptive=False (every step the full shape)
-    kept-pool            one pool kept across the prompts (cross-request store)
+    kept-pool            one pool (and its history) kept across the prompts
+    +index               the corpus index given with --index (the copy guess drafts from it too)
+    suffix               SuffixDecoding's own tree per request, for scale (when installed)
 
-Example (the numbers in README.md)::
+Example (the numbers in docs/benchmarks.md)::
 
     python benchmarks/ablation.py --threads 2 --limit 20 --json runs/ablation.json
 """
@@ -29,12 +31,14 @@ VARIANTS = {
     "-window": {"window": 0},
     "-pool": {"guesses": 0},
     "-copy": {"copy_length": 0},
-    "-successors": {"successors": 0},
+    "+successors": {"successors": 2},
     "-adaptive": {"adaptive": False},
 }
 
+EXTRA = {"kept-pool": {"keep_pool": True}, "+index": {"index": "--index"}, "suffix": {"method": "suffix"}}
 
-def build_variants(settings, names: list[str]):
+
+def build_variants(settings, names: list[str], index=None):
     from lookahead.bench.runner import Variant
 
     variants = [
@@ -44,6 +48,10 @@ def build_variants(settings, names: list[str]):
     for name in names:
         if name == "kept-pool":
             variants.append(Variant(name, "lookahead", replace(settings, state={}, keep_pool=True)))
+        elif name == "+index":
+            variants.append(Variant(name, "lookahead", replace(settings, state={}, index=index)))
+        elif name == "suffix":
+            variants.append(Variant(name, "suffix", replace(settings, state={})))
         else:
             variants.append(Variant(name, "lookahead", replace(settings, state={}, config_fields=dict(VARIANTS[name]))))
     return variants
@@ -58,8 +66,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--variants",
         default=",".join([*VARIANTS, "kept-pool"]),
-        help="comma-separated subset of: " + ", ".join([*VARIANTS, "kept-pool"]),
+        help="comma-separated subset of: " + ", ".join([*VARIANTS, *EXTRA]),
     )
+    ap.add_argument("--index", default=None, help="a corpus index (lookahead index build) for the +index variant")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -71,14 +80,21 @@ def main(argv=None) -> int:
 
     prepare_torch(args.threads)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = [n for n in names if n not in VARIANTS and n != "kept-pool"]
+    unknown = [n for n in names if n not in VARIANTS and n not in EXTRA]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}")
+    if "+index" in names and not args.index:
+        ap.error("the +index variant needs --index PATH.npz")
     model, tokenizer = loading.load(None, "float32", "cpu")
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
     encoded = [prompts.encode(p, tokenizer, loading.max_prompt_len(model, args.max_new_tokens)) for p in chosen]
     settings = methods.Settings(max_new_tokens=args.max_new_tokens, pad_token_id=loading.pad_token_id(model, tokenizer))
-    variants = build_variants(settings, names)
+    index = None
+    if args.index:
+        from lookahead import SuffixIndex
+
+        index = SuffixIndex.load(args.index, model.config.vocab_size)
+    variants = build_variants(settings, names, index)
     records, skipped = runner.run(model, chosen, encoded, variants, progress=True)
     labels = [v.label for v in variants if v.label not in skipped]
     config = {
@@ -92,7 +108,7 @@ def main(argv=None) -> int:
         "max_new_tokens": args.max_new_tokens,
         "methods": labels,
         "baseline": "greedy",
-        "variants": {n: VARIANTS.get(n, {"keep_pool": True}) for n in names},
+        "variants": {n: VARIANTS.get(n, EXTRA.get(n)) for n in names},
         "sample": {"do_sample": False},
     }
     doc = report.document(config, records, labels, "greedy", exactness=True)
