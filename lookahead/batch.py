@@ -1,7 +1,7 @@
 """Lookahead decoding of a left-padded batch: one forward per step for every row.
 
 Each row keeps its own window, copy guess, guess tree, positions and acceptance (a
-:class:`~lookahead.decode.Decoder` that plans and learns but owns no cache); the n-gram pool
+:class:`~lookahead.proposer.Proposer`, which plans and learns); the n-gram pool
 and the successor table are shared, so rows learn from one another. A step pads every row's
 ``[root | window | draft]`` to the widest row, runs them in one forward, walks each row's
 tree with its own logits and commits what each accepted.
@@ -35,12 +35,13 @@ from transformers.cache_utils import DynamicCache
 from lookahead.batch_rows import ForcedPad, Row, RowView
 from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
-from lookahead.controller import PLAIN, ShapeController
+from lookahead.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Decoder, Layout
+from lookahead.decode import Layout
 from lookahead.host import fetch, upload
 from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
+from lookahead.proposer import Proposer
 from lookahead.sequence import TokenSequence
 from lookahead.static import StaticSteps, bucket_for
 from lookahead.stats import LookaheadStats
@@ -110,7 +111,7 @@ class BatchDecoder:
         return logits
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
-        """Run the prompts, pick each row's first token, seed every row's planner."""
+        """Run the prompts, pick each row's first token, seed every row's proposer."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
@@ -136,18 +137,18 @@ class BatchDecoder:
             rule.row = r  # its row of a sampling rule's noise blocks
             if rule.processors:
                 rule.processors = RowView(rule.processors, r, rows)
-            planner = Decoder(self.model, cfg, rule, None, self.stats, self.pool, self.costs, index=self.index)
-            planner.seed(
+            proposer = Proposer(cfg, rule, self.stats, self.pool, *self._draft_costs(), self.index, self.model.dtype)
+            proposer.seed(
                 np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
                 self.groups,
                 logits.shape[-1],
                 input_ids.device,  # where the inputs, masks and past_keep live
                 successors,
             )
-            row = Row(seq, planner, input_ids.shape[1], int(real_mask[r].argmax()))
+            row = Row(seq, proposer, input_ids.shape[1], int(real_mask[r].argmax()))
             rule.start(logits[r : r + 1])
             seq.append(next(walk(None, rule, lambda: seq.ids))[1])  # noqa: B023 - called at once
-            planner.learn_text(seq, 1)
+            proposer.learn_text(seq, 1)
             self.rows.append(row)
             self._check_stop(row)
         self.live = list(self.rows)
@@ -156,6 +157,14 @@ class BatchDecoder:
             self.costs, adaptive=self.adaptive, rows=rows, copy_shape=self.config.copy_shape
         )
         self._retire()
+
+    def _draft_costs(self) -> tuple[CostCurve | None, float]:
+        """What each row's copy guess weighs its draft against: the batch's curve (proportional
+        when none was measured) and one row's planning work, or none under a fixed shape."""
+        if not self.adaptive:
+            return None, 0.0
+        costs = self.costs if self.costs is not None else CostCurve.linear()
+        return costs, costs.seconds_in_units(GUESS_OVERHEAD_S)
 
     @property
     def done(self) -> bool:
@@ -187,7 +196,7 @@ class BatchDecoder:
             logits = self._timed(lambda: self.static.run_rows(ids, positions, mask), len(live))
         else:
             logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=positions)
-        table = live[0].planner.successors  # the rows share one
+        table = live[0].proposer.successors  # the rows share one
         preds, top = fetch(logits, table.k if table is not None else 0)  # one transfer for all rows
         if top is not None:  # what each row fed, not its filler
             for i, (_, tokens) in enumerate(plans):
@@ -215,7 +224,7 @@ class BatchDecoder:
             )
         offsets, allowed = [], []
         for i, (row, (layout, _)) in enumerate(zip(live, plans)):
-            step_mask = row.planner.step_mask if layout.windowed else row.planner.lean_mask
+            step_mask = row.proposer.step_mask if layout.windowed else row.proposer.lean_mask
             depths, anchors, attend = parts[3 * i : 3 * i + 3]
             offsets.append(step_mask.offsets(layout.tree, depths))
             allowed.append(step_mask.allowed(layout.tree, anchors, attend))
@@ -226,14 +235,14 @@ class BatchDecoder:
     ) -> list[int]:
         """Walk a row's tree over its ``logits`` (``[width, V]``; ``preds`` their host argmax);
         learn from what it fed and accepted; return its kept nodes."""
-        planner, seq = row.planner, row.seq
+        proposer, seq = row.proposer, row.seq
         root = seq.tokens[-1]
-        path = planner.accept(seq, layout.tree, logits[:fed], preds[:fed].tolist())
+        path = proposer.accept(seq, layout.tree, logits[:fed], preds[:fed].tolist())
         if self._forced(row):
             return path
         appended = seq.tokens[-len(path) :]
-        planner.count(shape, layout, fed, appended)
-        planner.learn(seq, preds, layout.windowed, len(path), root)
+        proposer.count(shape, layout, fed, appended)
+        proposer.learn(seq, preds, layout.windowed, len(path), root)
         return path
 
     def _commit(self, accepted: list[list[int]]) -> None:
@@ -269,7 +278,7 @@ class BatchDecoder:
         self.past_pos = self.past_pos.gather(1, index)
 
     def _forced(self, row: Row) -> bool:
-        return isinstance(row.planner.rule, ForcedPad)
+        return isinstance(row.proposer.rule, ForcedPad)
 
     def _check_stop(self, row: Row) -> None:
         """Note when a row's criteria first said stop, and what it does from then on."""
@@ -278,8 +287,8 @@ class BatchDecoder:
         row.stop_at = row.generated
         row.seq.ignore_stops()
         if self.pad_after_stop and (self.keep_scores or self.keep_logits):
-            row.planner.rule.release()
-            row.planner.rule = ForcedPad(row.planner.rule, self.pad)
+            row.proposer.rule.release()
+            row.proposer.rule = ForcedPad(row.proposer.rule, self.pad)
 
     def _needs_more(self, row: Row, horizon: int | None) -> bool:
         if row.stop_at is None:
@@ -298,7 +307,7 @@ class BatchDecoder:
             return
         for i in sorted(set(range(len(self.live))) - set(staying)):
             if not self._forced(self.live[i]):  # a forced row released its rule when it stopped
-                self.live[i].planner.rule.release()
+                self.live[i].proposer.rule.release()
         self.live = [self.live[i] for i in staying]
         if not staying or self.static is not None:  # a static cache keeps every row's slot
             return

@@ -1,4 +1,4 @@
-"""One row of a lookahead batch: its sequence and planner (``Row``), the batch-wide processors
+"""One row of a lookahead batch: its sequence and proposer (``Row``), the batch-wide processors
 and criteria seen from its slot (``RowView``), and the rule of a finished row that still feeds
 pads so that its scores are reported (``ForcedPad``)."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from lookahead.controller import COPY, FULL, PLAIN
-from lookahead.decode import ROOT_ONLY, Decoder, Layout
+from lookahead.decode import ROOT_ONLY, Layout
+from lookahead.proposer import Proposer
 from lookahead.sequence import TokenSequence
 from lookahead.tree import GuessTree
 from lookahead.verify import Pick
@@ -58,14 +59,14 @@ class RowView:
 
 
 class Row:
-    """One prompt of the batch: its sequence, its planner and where it stands.
+    """One prompt of the batch: its sequence, its proposer and where it stands.
 
     ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
     """
 
-    def __init__(self, seq: TokenSequence, planner: Decoder, prompt_len: int, start: int):
+    def __init__(self, seq: TokenSequence, proposer: Proposer, prompt_len: int, start: int):
         self.seq = seq
-        self.planner = planner
+        self.proposer = proposer
         self.prompt_len = prompt_len
         self.start = start  # the first real token (after the left padding)
         self.stop_at: int | None = None
@@ -77,12 +78,12 @@ class Row:
     def plan(self, shape: str, forced: bool):
         """This step's layout (ids None) and input tokens."""
         if forced:
-            pads = np.full((1, PAD_RUN), self.planner.rule.pad, dtype=np.int64)
+            pads = np.full((1, PAD_RUN), self.proposer.rule.pad, dtype=np.int64)
             tree = GuessTree.build(_NO_CHAIN, 1, pads)
             return Layout(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
         if shape == PLAIN:
             return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
-        window = self.planner.window if shape == FULL else None
-        tree, tokens, cands, origins = self.planner.plan(self.seq, window, guess=True, copy_only=shape == COPY)
+        window = self.proposer.window if shape == FULL else None
+        tree, tokens, cands, origins = self.proposer.plan(self.seq, window, guess=True, copy_only=shape == COPY)
         cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
         return Layout(tree, None, None, None, cands, origins, window is not None), tokens

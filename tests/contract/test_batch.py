@@ -347,15 +347,15 @@ def test_rows_share_one_pool_and_one_successor_table():
     finally:
         handle.remove()
     assert rows_of_logits == [1]  # the prefill computes the last position's logits only
-    pools = {id(row.planner.pool) for row in decoder.rows}
-    tables = {id(row.planner.successors) for row in decoder.rows}
-    assert len(pools) == len(tables) == 1 and decoder.rows[0].planner.pool is not None
-    table = decoder.rows[0].planner.successors
+    pools = {id(row.proposer.pool) for row in decoder.rows}
+    tables = {id(row.proposer.successors) for row in decoder.rows}
+    assert len(pools) == len(tables) == 1 and decoder.rows[0].proposer.pool is not None
+    table = decoder.rows[0].proposer.successors
     assert table is not None and (table.k, table.length) == (2, config.ngram - 1)
 
 
 def test_batch_with_recycled_guesses_equals_greedy():
-    """A batch shares one successor table between its rows (``Decoder.seed``); with no other
+    """A batch shares one successor table between its rows (``Proposer.seed``); with no other
     source on, recycled guesses are what it accepts beyond one token a step."""
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9, 5, 6], [4, 8, 15, 4, 8, 15, 4, 8, 15]])

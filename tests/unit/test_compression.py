@@ -24,7 +24,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 import lookahead
 from lookahead import kernels
-from lookahead.decode import Decoder
+from lookahead.proposer import Proposer
 
 from tiny_models import tiny_model
 
@@ -202,12 +202,12 @@ def test_trie_merge_ignoring_the_parent_misses_the_floor(monkeypatch):
 def test_window_learning_from_shifted_rows_misses_the_floor(monkeypatch):
     """The test of the test: the window's predictions taken one row off; the pool then files
     n-grams of the wrong positions."""
-    advance = Decoder._advance_window
+    advance = Proposer._advance_window
 
     def shifted(self, logits, accepted, root):
         return advance(self, torch.roll(logits, shifts=1, dims=0), accepted, root)
 
-    monkeypatch.setattr(Decoder, "_advance_window", shifted)
+    monkeypatch.setattr(Proposer, "_advance_window", shifted)
     assert compression("window") < MARGIN * MEASURED["window"]
 
 

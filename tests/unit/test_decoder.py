@@ -23,7 +23,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 import lookahead
 from lookahead import kernels
 from lookahead.costmodel import CostCurve
-from lookahead.decode import Decoder, Layout, _common, _stack_rows
+from lookahead.decode import Layout, _common
+from lookahead.proposer import Proposer, _stack_rows
 from lookahead.sequence import TokenSequence
 from lookahead.stats import LookaheadStats
 from lookahead.tree import GuessTree
@@ -343,14 +344,14 @@ def test_each_guess_row_has_its_source(monkeypatch):
     the pool's rows, then the successors'."""
     model = tiny_model("llama", "sdpa")
     plans = []
-    plan = Decoder.plan
+    plan = Proposer.plan
 
     def spy(self, *args, **kwargs):
         out = plan(self, *args, **kwargs)
         plans.append(out[2:])
         return out
 
-    monkeypatch.setattr(Decoder, "plan", spy)
+    monkeypatch.setattr(Proposer, "plan", spy)
     config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, successors=2, adaptive=False)
     lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
     order = {"copy": 0, "pool": 1, "successors": 2}
@@ -394,13 +395,13 @@ def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
     the token before column 0 (two-token pool keys), the root being what the step fed first."""
     model = tiny_model("phi", "sdpa")
     roots, fed = [], []
-    advance = Decoder._advance_window
+    advance = Proposer._advance_window
 
     def spy(self, logits, accepted, root):
         roots.append(root)
         return advance(self, logits, accepted, root)
 
-    monkeypatch.setattr(Decoder, "_advance_window", spy)
+    monkeypatch.setattr(Proposer, "_advance_window", spy)
     handle = model.register_forward_pre_hook(
         lambda module, args, kwargs: fed.append(int(kwargs["input_ids"][0, 0])), with_kwargs=True
     )
@@ -520,7 +521,7 @@ def test_count_credits_the_guess_that_held_longest():
     source whose guess matched the most of ``held`` (the whole of it, not its start)."""
     stats = lookahead.LookaheadStats()
     step = layout([10, 11, 12], [[10, 11, 13, 14]], ["pool"])
-    Decoder.count(SimpleNamespace(stats=stats), "full", step, 8, [10, 11, 13, 14, 30])
+    Proposer.count(SimpleNamespace(stats=stats), "full", step, 8, [10, 11, 13, 14, 30])
     assert stats.source_tokens == {"pool": 4}
     assert (stats.steps, stats.guess_tokens, stats.accepted) == (1, 7, [0, 0, 0, 0, 0, 1])
 

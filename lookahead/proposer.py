@@ -1,0 +1,198 @@
+"""What one row proposes each step, and what it learns from what the step accepted.
+
+A :class:`Proposer` holds a row's guess sources, each in its own module: the Jacobi window
+(``window.py``), the n-gram pool (``pool.py``, shared by a batch's rows), the copy guess's
+scored drafts (``drafts.py``) and the recycled successors (``successors.py``, shared too).
+Each step it plans the guess tree from them and walks the tree with the row's rule; after
+the step it moves the window on and lets every source learn from what held. The decode loop
+of one sequence (``decode.Decoder``) and every row of a batch (``batch_rows.Row``) own one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lookahead.config import LookaheadConfig
+from lookahead.controller import COPY, PLAIN
+from lookahead.costmodel import CostCurve
+from lookahead.drafts import CopyDrafter
+from lookahead.mask import StepMask
+from lookahead.pool import NgramPool
+from lookahead.sequence import TokenSequence
+from lookahead.stats import LookaheadStats
+from lookahead.successors import SuccessorTable
+from lookahead.suffix import SuffixIndex
+from lookahead.tree import GuessTree
+from lookahead.verify import walk
+from lookahead.window import JacobiWindow
+
+_NO_CHAIN = np.zeros(0, dtype=np.int64)
+
+
+class Proposer:
+    """One row's guess sources and its rule.
+
+    Args:
+        config: the decoder's configuration (which sources, their sizes).
+        rule: the greedy or sampling rule the row's tree is walked with.
+        stats: the stats its steps are counted in.
+        pool: an n-gram pool to use (a kept one, or a batch's shared one); a fresh one if None.
+        costs, overhead: the cost curve and per-step overhead (one-token forwards) the copy
+            guess weighs its draft against; ``costs=None`` feeds whole drafts (a fixed shape).
+        index: a corpus the copy guess also drafts from.
+        dtype: the dtype of the step masks (the model's).
+    """
+
+    def __init__(
+        self,
+        config: LookaheadConfig,
+        rule,
+        stats: LookaheadStats,
+        pool: NgramPool | None = None,
+        costs: CostCurve | None = None,
+        overhead: float = 0.0,
+        index: SuffixIndex | None = None,
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.config, self.rule, self.stats, self.dtype = config, rule, stats, dtype
+        self.pool = None
+        if config.uses_pool:
+            self.pool = (
+                pool
+                if pool is not None
+                else NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+            )
+        self.drafter = None
+        if config.uses_copy:
+            kept = self.pool
+            self.drafter = CopyDrafter(
+                config.copy_length,
+                config.copy_match,
+                config.copy_min_prob,
+                costs,
+                overhead,
+                history=(lambda: kept.history_index) if kept is not None else None,
+                corpus=index,
+            )
+        self.successors: SuccessorTable | None = None
+        self.window: JacobiWindow | None = None
+        self.step_mask: StepMask | None = None  # root + window + guesses
+        self.lean_mask: StepMask | None = None  # root + guesses
+
+    def seed(
+        self, prompt: np.ndarray, windows: dict, vocab: int, device, successors: SuccessorTable | None = None
+    ) -> None:
+        """Start the window, the step masks, the pool and the successor table from the
+        prompt's real tokens (int64 ``[n]``); ``successors`` shares one table between a batch's rows."""
+        cfg = self.config
+        self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
+        self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.dtype, device)
+        self.lean_mask = StepMask(0, 0, windows, self.dtype, device)
+        if self.pool is not None and cfg.prompt_ngrams:
+            self.pool.insert_text(prompt)
+        if successors is not None:
+            self.successors = successors
+        elif cfg.uses_successors:
+            self.successors = SuccessorTable(vocab, cfg.successors, cfg.ngram - 1)
+
+    def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
+        """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
+        guess rows merged into it (or None) and each row's source (``copy_only``: the copy
+        guess alone)."""
+        chain = window.chain if window is not None else _NO_CHAIN
+        head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
+        cands, origins = self._guesses(seq, copy_only) if guess else (None, ())
+        tree = GuessTree.build(chain, len(head), cands)
+        return tree, head + tree.tokens.tolist(), cands, origins
+
+    def count(self, shape: str, step, fed: int, appended: list[int]) -> None:
+        """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats (one that
+        fed its root alone is a plain step, whatever shape found nothing to guess)."""
+        stats, accepted = self.stats, len(appended)
+        stats.steps += 1
+        stats.guess_tokens += fed - 1
+        stats.lean_steps += int(not step.windowed)
+        stats.plain_steps += int(shape == PLAIN or fed == 1)
+        stats.copy_steps += int(shape == COPY and fed > 1)
+        stats.record_step(accepted)
+        if accepted > 1:
+            stats.credit(step.source_of(appended[:-1]), accepted - 1)
+
+    def accept(
+        self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: list[int] | None = None
+    ) -> list[int]:
+        """Walk the tree appending the model's own choices; return the nodes whose entries stay
+        (``preds``: the logits' argmax on the host, when already fetched)."""
+        self.rule.start(logits, preds)
+        path = []
+        for node, pick in walk(tree, self.rule, lambda: seq.ids):
+            path.append(node)
+            seq.append(pick)
+            if seq.done:
+                break
+        return path
+
+    def _guesses(self, seq: TokenSequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
+        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
+        ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
+        parts = {}
+        if self.drafter is not None:
+            parts["copy"] = self.drafter.propose(seq.array())
+        if self.pool is not None and not copy_only:
+            # a step follows the prefill: the prompt's last token precedes its first token
+            parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], seq.tokens[-2])
+            self.stats.pool_lookups += 1
+            self.stats.pool_hits += int(pooled.shape[0] > 0)
+        if self.successors is not None and not copy_only:
+            parts["successors"] = self.successors.guesses(seq.tokens[-1])
+        parts = {name: rows for name, rows in parts.items() if rows.size}
+        origins = tuple(name for name, rows in parts.items() for _ in range(rows.shape[0]))
+        return _stack_rows(list(parts.values())), origins
+
+    def _advance_window(self, preds: torch.Tensor, accepted: int, root: int) -> None:
+        """The newest level's predictions (rows of the host argmax ``preds`` ``[q]``) become a
+        level; full columns go to the pool."""
+        width = self.window.width
+        if not width:
+            return
+        first = 1 + (self.window.levels - 1) * width
+        newest = preds[first : first + width].numpy()
+        # in its Jacobi context, column i of level 0 follows the root (i = 0) or column i - 1
+        before = np.concatenate([[root], self.window.chain[:-1]])
+        ngrams = self.window.advance(newest, accepted)
+        if self.pool is not None:
+            self.pool.insert(ngrams, before)
+
+    def learn_text(self, seq: TokenSequence, accepted: int) -> None:
+        """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
+        if self.pool is not None and self.config.prompt_ngrams:
+            text = seq.array()
+            self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)
+
+    def learn(self, seq: TokenSequence, preds: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
+        """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
+        move the window on (by its newest level's predictions, from ``preds``, the host argmax
+        ``[q]`` of the step's logits, when it was fed), file the new n-grams and score the
+        copy guess's nodes."""
+        if windowed:
+            self._advance_window(preds, accepted, root)
+        else:
+            self.window.slide(accepted)
+        self.learn_text(seq, accepted)
+        if self.drafter is not None:
+            self.drafter.learn(seq.tokens[-accepted:])
+
+
+def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:
+    """One ``[rows, width]`` int64 array of the non-empty parts' rows, padded with -1."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    cands = np.full((sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)), -1, dtype=np.int64)
+    row = 0
+    for part in parts:
+        cands[row : row + part.shape[0], : part.shape[1]] = part
+        row += part.shape[0]
+    return cands
