@@ -11,6 +11,7 @@ Variants (``LookaheadConfig`` fields changed from the default):
     -copy                copy_length=0 (no suffix-drafted copy guess)
     +successors          successors=2 (recycled predictions on; off by default)
     -adaptive            adaptive=False (every step the full shape)
+    copy-only            window=0, guesses=0 (the draft tree alone, as SuffixDecoding drafts)
     kept-pool            one pool (and its history) kept across the prompts
     +index               the corpus index given with --index (the copy guess drafts from it too)
     suffix               SuffixDecoding's own tree per request, for scale (when installed)
@@ -33,6 +34,7 @@ VARIANTS = {
     "-copy": {"copy_length": 0},
     "+successors": {"successors": 2},
     "-adaptive": {"adaptive": False},
+    "copy-only": {"window": 0, "guesses": 0},
 }
 
 EXTRA = {"kept-pool": {"keep_pool": True}, "+index": {"index": "--index"}, "suffix": {"method": "suffix"}}

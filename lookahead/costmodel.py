@@ -21,6 +21,7 @@ import copy
 import hashlib
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from lookahead import distributed
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXTS = (64, 256)  # past lengths the steps are timed after (a short and a longer text)
 REPEATS = 7
+WARMUP_ROUNDS = 3  # untimed rounds first: a cold process times wide steps too cheap
 _MEMO: dict[str, CostCurve] = {}
 
 
@@ -136,7 +138,7 @@ def curve_key(model, rows: int = 1) -> str:
         str(torch.get_num_threads()),
         torch.__version__,
         str(getattr(model.config, "_attn_implementation", None)),
-        "masked steps at two contexts",  # how calibrate measures: curves measured otherwise are not reused
+        "masked steps at two contexts, median after warm-up",  # how calibrate measures: older curves are not reused
     ]
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were
@@ -151,13 +153,13 @@ def calibrate(
     model, sizes=SIZES, contexts: tuple[int, ...] = CONTEXTS, repeats: int = REPEATS, rows: int = 1
 ) -> CostCurve:
     """Time forwards of each query length after caches of each of ``contexts`` tokens, in
-    ``repeats`` rounds over all lengths; each length's fastest run counts (the least disturbed
-    by other work on the machine), and a length's cost is its mean over the contexts relative
-    to the one-token forward there. Steps of more than one token carry a 4D mask as the
-    decoder's do (one token runs maskless, as plain steps do; sliding-window models run
-    with their own masks). With ``rows`` > 1 every
-    forward runs that many rows: a batch's curve (its unit is a ``[rows, 1]`` forward, which
-    costs far less than ``rows`` one-token forwards)."""
+    ``repeats`` rounds over all lengths after ``WARMUP_ROUNDS`` untimed ones; each length's
+    median run counts (what decoding meets: the fastest run flatters wide steps), and a
+    length's cost is its mean over the contexts relative to the one-token forward there.
+    Steps of more than one token carry a 4D mask as the decoder's do (one token runs
+    maskless, as plain steps do; sliding-window models run with their own masks). With
+    ``rows`` > 1 every forward runs that many rows: a batch's curve (its unit is a
+    ``[rows, 1]`` forward, which costs far less than ``rows`` one-token forwards)."""
     devices = {p.device for p in model.parameters()}  # a device_map spreads the forward over several
     longest = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     if longest:  # a model with few positions is timed within them
@@ -177,7 +179,7 @@ def _full_attention(config) -> bool:
 
 
 def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, masked: bool) -> list[float]:
-    """The fastest forward over each of ``sizes`` tokens after a ``context``-token cache
+    """The median forward over each of ``sizes`` tokens after a ``context``-token cache
     (``masked``: with a step's 4D mask beyond one token)."""
     from transformers.cache_utils import DynamicCache
 
@@ -186,10 +188,10 @@ def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, ma
     ids = (torch.arange(context + max(sizes), device=device) % vocab).expand(rows, -1)
     prefilled = DynamicCache(config=model.config)
     model(input_ids=ids[:, :context], cache=prefilled, use_cache=True)
-    best = [float("inf")] * len(sizes)
-    # rounds over all sizes, the first a warm-up: a slow spell of the machine then hits every
-    # size alike instead of the few measured during it
-    for round_ in range(repeats + 1):
+    times: list[list[float]] = [[] for _ in sizes]
+    # rounds over all sizes, the first ones a warm-up: a slow spell of the machine then hits
+    # every size alike instead of the few measured during it
+    for round_ in range(repeats + WARMUP_ROUNDS):
         for i, k in enumerate(sizes):
             query = ids[:, context : context + k]
             positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
@@ -199,9 +201,9 @@ def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, ma
             started = time.perf_counter()
             model(input_ids=query, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
             synchronize(devices)
-            if round_:
-                best[i] = min(best[i], time.perf_counter() - started)
-    return best
+            if round_ >= WARMUP_ROUNDS:
+                times[i].append(time.perf_counter() - started)
+    return [statistics.median(t) for t in times]
 
 
 def _step_mask(rows: int, k: int, past: int, dtype, device) -> torch.Tensor:
