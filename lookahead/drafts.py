@@ -49,22 +49,29 @@ class Calibration:
     def record(self, shares: np.ndarray, fed: np.ndarray, held: np.ndarray) -> None:
         """Nodes with ``shares`` whose parents held (``fed``, bool) and which held (``held``)."""
         b = self._bins(shares[fed])
-        np.add.at(self.fed, b, 1.0)
-        np.add.at(self.held, b, held[fed].astype(np.float64))
+        self.fed += np.bincount(b, minlength=self.buckets)
+        self.held += np.bincount(b, weights=held[fed].astype(np.float64), minlength=self.buckets)
+
+    def path_rates(self, parents: np.ndarray, probs: np.ndarray) -> np.ndarray:
+        """Each draft node's chance that its whole path holds (parents before children)."""
+        out = np.empty(parents.shape[0])
+        suffix_kernels.path_rates(
+            parents, probs, parents.shape[0], self.fed, self.held, self.prior, self.PRIOR_SCALE, out
+        )
+        return out
 
 
-def best_prefix(rates: np.ndarray, costs: CostCurve, overhead: float) -> int:
+def best_prefix(rates: np.ndarray, costs: np.ndarray, overhead: float) -> int:
     """How many of the draft's first nodes to feed: the n >= 1 maximising
-    ``(1 + sum(rates[:n])) / (costs(1 + n) + overhead)`` when that beats plain decoding's 1,
-    else 0. ``rates``: each node's probability of holding, parents before children."""
-    best, best_rate = 0, 1.0
-    expected = 1.0
-    for n in range(1, rates.shape[0] + 1):
-        expected += rates[n - 1]
-        rate = expected / (costs(1 + n) + overhead)
-        if rate > best_rate:
-            best, best_rate = n, rate
-    return best
+    ``(1 + sum(rates[:n])) / (costs[n] + overhead)`` when that beats plain decoding's 1, else 0.
+    ``rates``: each node's probability of holding, parents before children; ``costs[k - 1]``:
+    a forward over k tokens (``costs[n]`` prices the root and n nodes)."""
+    n = rates.shape[0]
+    if not n:
+        return 0
+    value = (1.0 + np.cumsum(rates)) / (costs[1 : n + 1] + overhead)
+    best = int(np.argmax(value))
+    return best + 1 if value[best] > 1.0 else 0
 
 
 class CopyDrafter:
@@ -92,7 +99,8 @@ class CopyDrafter:
         corpus: SuffixIndex | None = None,
     ):
         self.max_nodes, self.max_match, self.min_prob = max_nodes, max_match, min_prob
-        self.costs = costs
+        # what a forward over 1 .. max_nodes + 1 tokens costs, looked up every step
+        self.costs = None if costs is None else np.array([costs(k) for k in range(1, max_nodes + 2)])
         self.overhead = overhead
         self.history = history
         self.corpus = corpus
@@ -126,12 +134,10 @@ class CopyDrafter:
         text so far (int64 ``[n]``)."""
         count = self._search(text)
         tokens, parents, probs = (a[:count] for a in self._best)
-        shares = self._shares(parents, probs)
-        rates = self.calibration.rates(shares)
-        for i in range(count):  # a node holds only where its parent did
-            if parents[i] >= 0:
-                rates[i] *= rates[parents[i]]
-        self._fed = count if self.costs is None else best_prefix(rates, self.costs, self.overhead)
+        if self.costs is None:
+            self._fed = count
+        else:
+            self._fed = best_prefix(self.calibration.path_rates(parents, probs), self.costs, self.overhead)
         depths = np.empty(self._fed, dtype=np.int64)
         return suffix_kernels.tree_rows(tokens, parents, self._fed, depths)
 

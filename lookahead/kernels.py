@@ -141,6 +141,24 @@ def text_ngrams(tokens, start, n):
 
 
 @njit(cache=True)
+def pool_insert_text(keys, stamps, counts, conts, clock, tokens, start, n, pairs):
+    """File the n-grams of ``tokens`` starting at index >= start (``text_ngrams``), as
+    ``NgramPool.insert`` files rows: with ``pairs``, first under the two-token keys of each
+    n-gram's first token and the token before it, then under the first token alone."""
+    grams, before = text_ngrams(tokens, start, n)
+    rows = grams.shape[0]
+    if rows == 0 or conts.shape[1] == 0:
+        return
+    tails = np.ascontiguousarray(grams[:, 1:])
+    if pairs:
+        paired = np.empty(rows, dtype=np.int64)
+        for r in range(rows):
+            paired[r] = ((before[r] + 1) << 32) | grams[r, 0] if before[r] >= 0 else -1
+        pool_insert(keys, stamps, counts, conts, clock, paired, tails)
+    pool_insert(keys, stamps, counts, conts, clock, np.ascontiguousarray(grams[:, 0]), tails)
+
+
+@njit(cache=True)
 def successors_update(table, tokens, top):
     """Recycle a forward's predictions: ``table[tokens[i]] = top[i]`` for each row i.
 

@@ -109,9 +109,19 @@ class NgramPool:
         self._file(np.ascontiguousarray(ngrams[:, 0]), conts)
 
     def insert_text(self, tokens: np.ndarray, start: int = 0) -> None:
-        """File the n-grams of ``tokens`` (int64 ``[L]``) that start at index >= start."""
-        ngrams, before = kernels.text_ngrams(tokens, start, self.ngram)
-        self.insert(ngrams, before)
+        """File the n-grams of ``tokens`` (int64 ``[L]``) that start at index >= start, as
+        :meth:`insert` would (in one kernel: this runs every step)."""
+        kernels.pool_insert_text(
+            self._keys,
+            self._stamps,
+            self._counts,
+            self._conts,
+            self._clock,
+            np.ascontiguousarray(tokens, dtype=np.int64),
+            int(start),
+            self.ngram,
+            self.context_tokens == 2,
+        )
 
     def lookup(self, key: int, before: int = -1) -> np.ndarray:
         """Continuations after ``key`` (preceded by ``before``, -1 = unknown): int64

@@ -304,6 +304,20 @@ def tree_rows(tokens, parents, count, depths_out):
 
 
 @njit(cache=True)
+def path_rates(parents, probs, count, fed, held, prior, scale, out):
+    """``out[i]``: the chance that node i's whole path holds, from its share of its parent's
+    occurrences (``probs[i] / probs[parent]``) calibrated by the bins ``fed``/``held`` (with
+    ``prior`` observations of ``scale x share``), times its parent's chance."""
+    bins = fed.shape[0]
+    for i in range(count):
+        par = parents[i]
+        share = probs[i] / probs[par] if par >= 0 else probs[i]
+        b = min(int(share * bins), bins - 1)
+        rate = (held[b] + prior * scale * share) / (fed[b] + prior)
+        out[i] = rate * out[par] if par >= 0 else rate
+
+
+@njit(cache=True)
 def held_nodes(tokens, parents, count, appended, out):
     """``out[i]`` = whether node i's path is a prefix of ``appended`` (the step's tokens)."""
     depth = np.empty(count, dtype=np.int64)

@@ -10,7 +10,7 @@ from collections import deque
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -211,3 +211,25 @@ def test_a_kept_pool_copies_from_the_previous_request():
 def test_bad_pool_arguments_are_clear_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         NgramPool(**kwargs)
+
+
+@settings(max_examples=100)
+@given(
+    tokens=st.lists(st.integers(0, 6), max_size=40),
+    start=st.integers(0, 40),
+    ngram=st.integers(2, 5),
+    context_tokens=st.sampled_from([1, 2]),
+)
+def test_insert_text_files_what_insert_of_the_text_ngrams_files(tokens, start, ngram, context_tokens):
+    """The fused kernel behind ``insert_text`` leaves the pool exactly as ``insert`` of the
+    text's n-grams (and the tokens before them) does: same keys, order, stamps and clock."""
+    from lookahead import kernels
+
+    fused, plain = (NgramPool(ngram, 3, 16, context_tokens) for _ in range(2))
+    text = np.array(tokens, dtype=np.int64)
+    fused.insert_text(text[: start // 2])  # something already held, so eviction and order matter
+    plain.insert_text(text[: start // 2])
+    fused.insert_text(text, start)
+    plain.insert(*kernels.text_ngrams(text, start, ngram))
+    for name in ("_keys", "_stamps", "_counts", "_conts", "_clock"):
+        assert np.array_equal(getattr(fused, name), getattr(plain, name)), name

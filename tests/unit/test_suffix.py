@@ -177,7 +177,7 @@ def test_index_draft_expects_what_the_reference_does(case, max_match):
 def test_best_prefix_maximises_tokens_per_cost(rates, per_token):
     costs = CostCurve.linear(per_token)
     arr = np.array(rates, dtype=np.float64)
-    n = best_prefix(arr, costs, 0.05)
+    n = best_prefix(arr, np.array([costs(k) for k in range(1, len(rates) + 2)]), 0.05)
     value = [1.0] + [(1 + sum(rates[:k])) / (costs(1 + k) + 0.05) for k in range(1, len(rates) + 1)]
     assert value[n] == pytest.approx(max(value))
 
@@ -192,6 +192,10 @@ def test_calibration_learns_what_held():
     cal.record(np.full(400, 0.35), np.ones(400, dtype=bool), np.ones(400, dtype=bool))
     assert cal.rates(np.array([0.35]))[0] > 0.95
     assert cal.rates(np.array([0.65]))[0] == pytest.approx(0.8 * 0.65)  # an unseen bin keeps its prior
+    # a path's chance: its nodes' rates multiplied (shares 0.35 then 0.95/0.35 of it: held, missed)
+    parents, probs = np.array([-1, 0, 0]), np.array([0.35, 0.35, 0.35 * 0.65])
+    want = cal.rates(np.array([0.35, 1.0, 0.65]))
+    assert cal.path_rates(parents, probs) == pytest.approx([want[0], want[0] * want[1], want[0] * want[2]])
 
 
 def test_drafter_cuts_the_draft_where_it_stops_paying():
