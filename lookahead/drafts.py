@@ -84,8 +84,8 @@ class CopyDrafter:
         costs, overhead: the forward's cost curve and the decoder's own work per guessing
             step (in one-token forwards), which the draft's length is weighed against;
             ``costs=None`` feeds every node drafted (a fixed step shape).
-        history: earlier requests' index (a callable returning a ``SuffixIndex`` or None:
-            the pool rebuilds it when it remembers a text); ``corpus``: a static one.
+        history: earlier requests' indexes (a callable returning ``SuffixIndex`` objects:
+            the pool's, rebuilt as it remembers texts); ``corpus``: a static one.
     """
 
     def __init__(
@@ -111,8 +111,8 @@ class CopyDrafter:
         self.scope = None  # where the last draft came from: "text", "history" or "corpus"
 
     def _indexes(self):
-        history = self.history() if self.history is not None else None
-        return (("history", history), ("corpus", self.corpus))
+        history = self.history() if self.history is not None else ()
+        return [("history", index) for index in history] + [("corpus", self.corpus)]
 
     def _search(self, text: np.ndarray) -> int:
         """The best scope's tree in ``self._best``; returns its node count."""

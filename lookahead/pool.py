@@ -7,6 +7,8 @@ import numpy as np
 from lookahead import kernels
 from lookahead.suffix import SuffixIndex
 
+RECENT_TOKENS = 4096  # the recent texts' index may grow this far before the bulk is rebuilt
+
 
 def _power_of_two(n: int) -> int:
     return 1 << max(int(n) - 1, 1).bit_length()
@@ -58,7 +60,13 @@ class NgramPool:
             raise ValueError(f"history must be an int >= 0 (tokens kept), got {history!r}")
         self.history_capacity = history
         self._history = np.zeros(0, dtype=np.int64)
-        self._history_index: SuffixIndex | None = None
+        # the history's suffix indexes: the settled bulk, and the texts remembered since (so a
+        # request rebuilds only the small one; the bulk is rebuilt when the recent part has
+        # grown past an eighth of it, or a quarter of the capacity was evicted meanwhile)
+        self._settled: SuffixIndex | None = None
+        self._settled_end = 0  # where the settled part ends in the history (after eviction)
+        self._evicted = 0  # tokens evicted since the bulk was built
+        self._recent: SuffixIndex | None = None
 
     @property
     def history(self) -> np.ndarray:
@@ -67,12 +75,17 @@ class NgramPool:
         return self._history
 
     @property
-    def history_index(self) -> SuffixIndex | None:
-        """A suffix index over :attr:`history` (None while it is empty), built when first
-        needed after a text was remembered: the copy guess drafts from it in ``O(log N)``."""
-        if self._history_index is None and self._history.shape[0]:
-            self._history_index = SuffixIndex(self._history)
-        return self._history_index
+    def history_indexes(self) -> tuple[SuffixIndex, ...]:
+        """Suffix indexes over :attr:`history` (none while it is empty), built when first
+        needed after a text was remembered: the copy guess drafts from them in ``O(log N)``.
+        Two of them, the settled bulk and the texts since, so that remembering a text costs a
+        small rebuild; texts evicted from the history leave the bulk when it is next rebuilt."""
+        if self._settled is None and self._history.shape[0]:
+            self._settled = SuffixIndex(self._history)
+            self._settled_end, self._evicted, self._recent = self._history.shape[0], 0, None
+        if self._recent is None and self._history.shape[0] > self._settled_end:
+            self._recent = SuffixIndex(self._history[self._settled_end :])
+        return tuple(index for index in (self._settled, self._recent) if index is not None)
 
     def remember(self, tokens: np.ndarray) -> None:
         """Keep a finished text (prompt and output) for later requests' copy guesses; the
@@ -80,8 +93,19 @@ class NgramPool:
         if not self.history_capacity:
             return
         text = np.append(np.asarray(tokens, dtype=np.int64), -1)
-        self._history = np.concatenate([self._history, text])[-self.history_capacity :]
-        self._history_index = None
+        joined = np.concatenate([self._history, text])
+        evicted = max(joined.shape[0] - self.history_capacity, 0)
+        self._history = joined[evicted:]
+        self._settled_end -= evicted
+        self._evicted += evicted
+        self._recent = None
+        recent = self._history.shape[0] - self._settled_end
+        if self._settled is not None and (
+            self._settled_end < 0
+            or self._evicted > self.history_capacity // 4
+            or recent > max(len(self._settled) // 8, RECENT_TOKENS)
+        ):
+            self._settled = None
 
     @property
     def capacity(self) -> int:

@@ -72,7 +72,7 @@ class Proposer:
                 config.copy_min_prob,
                 costs,
                 overhead,
-                history=(lambda: kept.history_index) if kept is not None else None,
+                history=(lambda: kept.history_indexes) if kept is not None else None,
                 corpus=index,
             )
         self.successors: SuccessorTable | None = None

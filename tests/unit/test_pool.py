@@ -233,3 +233,30 @@ def test_insert_text_files_what_insert_of_the_text_ngrams_files(tokens, start, n
     plain.insert(*kernels.text_ngrams(text, start, ngram))
     for name in ("_keys", "_stamps", "_counts", "_conts", "_clock"):
         assert np.array_equal(getattr(fused, name), getattr(plain, name)), name
+
+
+@settings(max_examples=100)
+@given(
+    texts=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=30), max_size=40),
+    capacity=st.integers(8, 300),
+)
+def test_history_indexes_find_every_kept_occurrence(texts, capacity):
+    """After any run of remembered texts, the history's indexes (the bulk and the texts since)
+    find every occurrence the history holds (texts evicted since the bulk was built may still
+    be found), and hold at most twice the capacity."""
+    from lookahead import pool as pool_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pool_module, "RECENT_TOKENS", 16)  # small texts reach the bulk's rebuild
+        _remember_and_check(NgramPool(2, 1, history=capacity), texts, capacity)
+
+
+def _remember_and_check(pool: NgramPool, texts, capacity: int) -> None:
+    for text in texts:
+        pool.remember(np.array(text, dtype=np.int64))
+        indexes = pool.history_indexes
+        kept = pool.history.tolist()
+        for pattern in ([0], [1, 2], [3, 3, 0]):
+            want = sum(kept[i : i + len(pattern)] == pattern for i in range(len(kept)))
+            assert sum(index.count(pattern) for index in indexes) >= want
+        assert len(indexes) <= 2 and sum(len(index) for index in indexes) <= 2 * capacity

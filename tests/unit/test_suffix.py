@@ -215,7 +215,7 @@ def test_drafter_cuts_the_draft_where_it_stops_paying():
 def test_the_best_scope_wins():
     """An earlier text that continues the current one further than the text itself wins."""
     history = SuffixIndex.from_texts([np.array([1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=np.int64)])
-    drafter = CopyDrafter(CAP, 16, 0.1, None, history=lambda: history)
+    drafter = CopyDrafter(CAP, 16, 0.1, None, history=lambda: (history,))
     rows = drafter.propose(np.array([9, 9, 1, 2, 3], dtype=np.int64))
     assert drafter.scope == "history" and rows[0].tolist()[:6] == [4, 5, 6, 7, 8, 9]
 
