@@ -38,7 +38,7 @@ from lookahead.config import LookaheadConfig
 from lookahead.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.decode import Layout
-from lookahead.host import fetch, upload
+from lookahead.host import fetch, upload, wait
 from lookahead.mask import attention_groups, batch_masks, stack_steps
 from lookahead.pool import NgramPool
 from lookahead.proposer import Proposer
@@ -104,7 +104,7 @@ class BatchDecoder:
     def _timed(self, run, rows: int) -> torch.Tensor:
         """``run()`` (a forward's logits), counted and timed in the stats."""
         started = time.perf_counter()
-        logits = run()
+        logits = wait(run())
         self.stats.forward_s += time.perf_counter() - started
         self.stats.forwards += 1
         self.stats.row_forwards += rows

@@ -13,7 +13,7 @@ from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.controller import COPY, FULL, LEAN, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.host import fetch, upload
+from lookahead.host import fetch, upload, wait
 from lookahead.mask import attention_groups
 from lookahead.pool import NgramPool
 from lookahead.proposer import Proposer
@@ -70,7 +70,7 @@ class Decoder:
     def _timed(self, fn, *args) -> torch.Tensor:
         """``fn(*args)`` (a forward's logits), counted and timed in the stats."""
         started = time.perf_counter()
-        logits = fn(*args)
+        logits = wait(fn(*args))
         self.stats.forward_s += time.perf_counter() - started
         self.stats.forwards += 1
         self.stats.row_forwards += 1

@@ -40,3 +40,13 @@ def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor 
     both = torch.cat([preds, logits.topk(k, dim=-1).indices], dim=-1) if k else preds
     host = both.cpu()
     return host[..., 0], (host[..., 1:] if k else None)
+
+
+def wait(logits: torch.Tensor) -> torch.Tensor:
+    """``logits``, once the forward that makes them has run: CUDA runs it asynchronously, so
+    a clock read at once would time the launch only. The step reads its logits right after
+    (:func:`fetch`), so this moves that wait before the clock instead of adding one; on the
+    CPU it does nothing."""
+    if logits.is_cuda:
+        torch.cuda.synchronize(logits.device)  # the last device of a device_map: it waited for the rest
+    return logits

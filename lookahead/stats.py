@@ -25,7 +25,8 @@ class LookaheadStats:
         plain_steps: steps that fed the last token alone, as plain decoding (a shape that
             found no guess included).
         copy_steps: steps that fed the copy guess alone (the controller's ``copy`` shape).
-        forward_s: seconds spent inside the model's forward (prefill included).
+        forward_s: seconds spent inside the model's forward (prefill included; on CUDA up to
+            the end of the forward's kernels, not their launch).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.
         fallback: True when the call ran plain ``model.generate`` instead.
         compiled_graphs: on a compiled static cache, the bucket sizes this call traced (and

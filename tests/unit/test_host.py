@@ -133,3 +133,19 @@ def test_a_batch_step_reads_its_logits_once(monkeypatch, cache_implementation):
     assert reads.steps > 3 and reads.fetches == reads.steps
     assert reads.other == 0 and reads.copies == 0, reads.where[:5]
     assert reads.uploads == 2 * reads.steps  # the inputs, and the commit's counts with its index
+
+
+def test_wait_synchronises_the_logits_cuda_device_only(monkeypatch):
+    """The forward's clock stops after its kernels: on CUDA ``wait`` synchronises the logits'
+    device (the last of a device_map); a CPU tensor passes through without a call. (No GPU
+    here: the CUDA tensor is a stand-in with the two attributes ``wait`` reads.)"""
+    from types import SimpleNamespace
+
+    from lookahead.host import wait
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    cpu = torch.zeros(2)
+    assert wait(cpu) is cpu and calls == []
+    fake = SimpleNamespace(is_cuda=True, device=torch.device("cuda", 1))
+    assert wait(fake) is fake and calls == [torch.device("cuda", 1)]
