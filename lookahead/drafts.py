@@ -32,7 +32,7 @@ class Calibration:
 
     PRIOR_SCALE = 0.8
 
-    def __init__(self, buckets: int = 10, prior: float = 4.0):
+    def __init__(self, buckets: int = 10, prior: float = 2.0):
         self.buckets = buckets
         self.prior = prior
         self.fed = np.zeros(buckets)
