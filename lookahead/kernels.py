@@ -141,11 +141,17 @@ def text_ngrams(tokens, start, n):
 
 
 @njit(cache=True)
-def pool_insert_text(keys, stamps, counts, conts, clock, tokens, start, n, pairs):
-    """File the n-grams of ``tokens`` starting at index >= start (``text_ngrams``), as
-    ``NgramPool.insert`` files rows: with ``pairs``, first under the two-token keys of each
-    n-gram's first token and the token before it, then under the first token alone."""
-    grams, before = text_ngrams(tokens, start, n)
+def pair_key(before, key):
+    """The key of the two-token context ``(before, key)``. Single-token keys are the token ids
+    themselves (< 2**31); a pair's starts at 2**32, so both live in one table."""
+    return ((before + 1) << 32) | key
+
+
+@njit(cache=True)
+def pool_insert_ngrams(keys, stamps, counts, conts, clock, grams, before, pairs):
+    """File the n-grams ``grams`` (int64 ``[R, n]``; their continuations are ``grams[:, 1:]``):
+    with ``pairs``, first each under the two-token key of its first token and the token
+    before it (``before[r]``, skipped where -1), then each under its first token alone."""
     rows = grams.shape[0]
     if rows == 0 or conts.shape[1] == 0:
         return
@@ -153,9 +159,17 @@ def pool_insert_text(keys, stamps, counts, conts, clock, tokens, start, n, pairs
     if pairs:
         paired = np.empty(rows, dtype=np.int64)
         for r in range(rows):
-            paired[r] = ((before[r] + 1) << 32) | grams[r, 0] if before[r] >= 0 else -1
+            paired[r] = pair_key(before[r], grams[r, 0]) if before[r] >= 0 else -1
         pool_insert(keys, stamps, counts, conts, clock, paired, tails)
     pool_insert(keys, stamps, counts, conts, clock, np.ascontiguousarray(grams[:, 0]), tails)
+
+
+@njit(cache=True)
+def pool_insert_text(keys, stamps, counts, conts, clock, tokens, start, n, pairs):
+    """:func:`pool_insert_ngrams` of the n-grams of ``tokens`` starting at index >= start
+    (:func:`text_ngrams`, with the token before each)."""
+    grams, before = text_ngrams(tokens, start, n)
+    pool_insert_ngrams(keys, stamps, counts, conts, clock, grams, before, pairs)
 
 
 @njit(cache=True)

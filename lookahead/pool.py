@@ -14,17 +14,6 @@ def _power_of_two(n: int) -> int:
     return 1 << max(int(n) - 1, 1).bit_length()
 
 
-def _pair_key(before, key):
-    """Single-token keys are the token ids themselves (< 2**31); a two-token context's key
-    starts at 2**32, so both live in one table without colliding. Ints or int64 arrays."""
-    return ((before + 1) << 32) | key
-
-
-def context_key(before: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """The keys of two-token contexts ``(before, key)``; -1 where ``before`` is unknown."""
-    return np.where(before >= 0, _pair_key(before, key), -1)
-
-
 class NgramPool:
     """Fixed-size hash table from a context to its ``guesses`` newest continuations.
 
@@ -115,9 +104,6 @@ class NgramPool:
         """Number of keys held."""
         return int(np.count_nonzero(self._keys >= 0))
 
-    def _file(self, keys: np.ndarray, conts: np.ndarray) -> None:
-        kernels.pool_insert(self._keys, self._stamps, self._counts, self._conts, self._clock, keys, conts)
-
     def insert(self, ngrams: np.ndarray, before: np.ndarray | None = None) -> None:
         """File each row of ``ngrams`` (int64 ``[R, ngram]``), in order.
 
@@ -126,11 +112,17 @@ class NgramPool:
         """
         if not ngrams.shape[0] or not self.guesses:
             return
-        ngrams = np.ascontiguousarray(ngrams, dtype=np.int64)
-        conts = np.ascontiguousarray(ngrams[:, 1:])
-        if self.context_tokens == 2 and before is not None:
-            self._file(context_key(np.asarray(before, dtype=np.int64), ngrams[:, 0]), conts)
-        self._file(np.ascontiguousarray(ngrams[:, 0]), conts)
+        pairs = self.context_tokens == 2 and before is not None
+        kernels.pool_insert_ngrams(
+            self._keys,
+            self._stamps,
+            self._counts,
+            self._conts,
+            self._clock,
+            np.ascontiguousarray(ngrams, dtype=np.int64),
+            np.asarray(before, dtype=np.int64) if pairs else np.full(ngrams.shape[0], -1, dtype=np.int64),
+            pairs,
+        )
 
     def insert_text(self, tokens: np.ndarray, start: int = 0) -> None:
         """File the n-grams of ``tokens`` (int64 ``[L]``) that start at index >= start, as
@@ -156,7 +148,7 @@ class NgramPool:
         n = 0
         args = (self._keys, self._stamps, self._counts, self._conts, self._clock)
         if self.context_tokens == 2 and before >= 0:
-            n = kernels.pool_lookup(*args, np.int64(_pair_key(before, key)), self._out, 0)
+            n = kernels.pool_lookup(*args, kernels.pair_key(np.int64(before), np.int64(key)), self._out, 0)
         n = kernels.pool_lookup(*args, np.int64(key), self._out, n)
         return self._out[:n]
 
