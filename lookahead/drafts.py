@@ -42,9 +42,10 @@ class Calibration:
         return np.minimum((shares * self.buckets).astype(np.int64), self.buckets - 1)
 
     def rates(self, shares: np.ndarray) -> np.ndarray:
-        """P(node holds | parent holds) for each share in ``shares`` (float ``[n]``)."""
-        b = self._bins(shares)
-        return (self.held[b] + self.prior * self.PRIOR_SCALE * shares) / (self.fed[b] + self.prior)
+        """P(node holds | parent holds) for each share in ``shares`` (float ``[n]``): the path
+        rates of nodes that are all children of the root."""
+        shares = np.asarray(shares, dtype=np.float64)
+        return self.path_rates(np.full(shares.shape[0], -1, dtype=np.int64), shares)
 
     def record(self, shares: np.ndarray, fed: np.ndarray, held: np.ndarray) -> None:
         """Nodes with ``shares`` whose parents held (``fed``, bool) and which held (``held``)."""
