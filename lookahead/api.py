@@ -182,9 +182,9 @@ def _check_index(index, model) -> None:
             f"lookahead_index must be a lookahead.SuffixIndex (SuffixIndex.load(path)), got {type(index).__name__}"
         )
     vocab = getattr(model.config, "vocab_size", None)
-    if vocab and len(index) and int(index.text.max()) >= int(vocab):
+    if vocab and index.largest_id >= int(vocab):
         raise ValueError(
-            f"lookahead_index holds token id {int(index.text.max())}, but the model has {vocab} ids: "
+            f"lookahead_index holds token id {index.largest_id}, but the model has {vocab} ids: "
             "an index built with another tokenizer"
         )
 

@@ -9,6 +9,7 @@ a corpus; :class:`~lookahead.pool.NgramPool` keeps one over the texts of earlier
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cached_property
 
 import numpy as np
 
@@ -69,6 +70,11 @@ class SuffixIndex:
     def __len__(self) -> int:
         """Tokens indexed (separators included)."""
         return self.text.shape[0]
+
+    @cached_property
+    def largest_id(self) -> int:
+        """The largest token id indexed (-1 when none): read once, the index never changes."""
+        return int(self.text.max()) if self.text.size else -1
 
     @property
     def nbytes(self) -> int:
