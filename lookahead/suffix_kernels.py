@@ -141,15 +141,26 @@ def match_lengths(tokens, max_match, out):
 
 
 @njit(cache=True)
-def _keep(tokens_out, parents_out, probs_out, count, best_tokens, best_parents, best_probs):
-    best_tokens[:count] = tokens_out[:count]
-    best_parents[:count] = parents_out[:count]
-    best_probs[:count] = probs_out[:count]
+def _scratch(cap):
+    """Buffers for one tree of at most ``cap`` nodes: tokens, parents, probabilities."""
+    return np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.float64)
 
 
 @njit(cache=True)
-def _depth_for(m, spec_factor, spec_offset, max_depth):
-    return min(max_depth, max(1, int(m * spec_factor + spec_offset)))
+def _grow_keep(text, n, wrap, occ, m, max_nodes, max_depth, spec_factor, spec_offset, min_prob, scratch, out, best):
+    """Grow the tree of one match length m's occurrences ``occ`` into ``scratch`` (at most
+    ``m * spec_factor + spec_offset`` deep); where it expects more tokens than ``best``
+    ``(nodes, expected, m)``, copy it to ``out`` and return it as the new best."""
+    depth = min(max_depth, max(1, int(m * spec_factor + spec_offset)))
+    t, p, q = scratch
+    count, expected = grow_tree(text, n, wrap, occ, max_nodes, depth, min_prob, t, p, q)
+    if expected <= best[1]:
+        return best
+    out_t, out_p, out_q = out
+    out_t[:count] = t[:count]
+    out_p[:count] = p[:count]
+    out_q[:count] = q[:count]
+    return count, expected, m
 
 
 @njit(cache=True)
@@ -166,12 +177,9 @@ def text_draft(
         return 0, 0.0, 0
     lengths = np.empty(n, dtype=np.int64)
     longest = match_lengths(tokens, max_match, lengths)
-    cap = out_t.shape[0]
-    t = np.empty(cap, dtype=np.int64)
-    p = np.empty(cap, dtype=np.int64)
-    q = np.empty(cap, dtype=np.float64)
+    scratch, out = _scratch(out_t.shape[0]), (out_t, out_p, out_q)
     occ = np.empty(max_occ, dtype=np.int64)
-    best_n, best_e, best_m, last_r = 0, 0.0, 0, -1
+    best, last_r = (0, 0.0, 0), -1
     for m in range(longest, min_match - 1, -1):
         r = 0
         for pos in range(n - 1, 0, -1):  # newest first
@@ -183,12 +191,9 @@ def text_draft(
         if r == last_r and r < max_occ:
             continue  # the same occurrences as the longer match, which may grow deeper
         last_r = r
-        depth = _depth_for(m, spec_factor, spec_offset, max_depth)
-        count, expected = grow_tree(tokens, n, True, occ[:r], max_nodes, depth, min_prob, t, p, q)
-        if expected > best_e:
-            best_n, best_e, best_m = count, expected, m
-            _keep(t, p, q, count, out_t, out_p, out_q)
-    return best_n, best_e, best_m
+        args = (max_nodes, max_depth, spec_factor, spec_offset, min_prob)
+        best = _grow_keep(tokens, n, True, occ[:r], m, *args, scratch, out, best)
+    return best
 
 
 @njit(cache=True, inline="always")
@@ -249,12 +254,9 @@ def index_draft(
     share to within one row in ``max_occ``). Returns ``(nodes, expected, m)``."""
     n = text.shape[0]
     top = min(max_match, query.shape[0])
-    cap = out_t.shape[0]
-    t = np.empty(cap, dtype=np.int64)
-    p = np.empty(cap, dtype=np.int64)
-    q = np.empty(cap, dtype=np.float64)
+    scratch, out = _scratch(out_t.shape[0]), (out_t, out_p, out_q)
     occ = np.empty(max_occ, dtype=np.int64)
-    best_n, best_e, best_m, last_r = 0, 0.0, 0, -1
+    best, last_r = (0, 0.0, 0), -1
     for m in range(top, min_match - 1, -1):
         lo, hi = suffix_range(text, sa, query, m)
         if hi == lo:
@@ -266,12 +268,9 @@ def index_draft(
         last_r = r
         for i in range(r):
             occ[i] = sa[lo + (i * total) // r] + m
-        depth = _depth_for(m, spec_factor, spec_offset, max_depth)
-        count, expected = grow_tree(text, n, False, occ[:r], max_nodes, depth, min_prob, t, p, q)
-        if expected > best_e:
-            best_n, best_e, best_m = count, expected, m
-            _keep(t, p, q, count, out_t, out_p, out_q)
-    return best_n, best_e, best_m
+        args = (max_nodes, max_depth, spec_factor, spec_offset, min_prob)
+        best = _grow_keep(text, n, False, occ[:r], m, *args, scratch, out, best)
+    return best
 
 
 @njit(cache=True)
