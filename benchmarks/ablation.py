@@ -91,12 +91,9 @@ def main(argv=None) -> int:
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
     encoded = [prompts.encode(p, tokenizer, loading.max_prompt_len(model, args.max_new_tokens)) for p in chosen]
     settings = methods.Settings(max_new_tokens=args.max_new_tokens, pad_token_id=loading.pad_token_id(model, tokenizer))
-    index = None
-    if args.index:
-        from lookahead import SuffixIndex
+    from lookahead.cli.options import load_index
 
-        index = SuffixIndex.load(args.index, model.config.vocab_size)
-    variants = build_variants(settings, names, index)
+    variants = build_variants(settings, names, load_index(args.index, model))
     records, skipped = runner.run(model, chosen, encoded, variants, progress=True)
     labels = [v.label for v in variants if v.label not in skipped]
     config = {

@@ -126,14 +126,6 @@ def select_methods(spec: str | None) -> list[str]:
     return [methods.BASELINE] + chosen
 
 
-def _index(path: str | None, model):
-    if path is None:
-        return None
-    from lookahead.suffix import SuffixIndex
-
-    return SuffixIndex.load(path, getattr(model.config, "vocab_size", None))
-
-
 def setup(args):
     """Model, prompts and the base settings shared by all methods."""
     from lookahead import loading
@@ -148,7 +140,7 @@ def setup(args):
         loading.pad_token_id(model, tokenizer),
         keep_pool=args.keep_pool,
         compile=args.compile,
-        index=_index(args.index, model),
+        index=options.load_index(args.index, model),
         # one cache length for every prompt: a compiled forward is specialised to it
         max_cache_len=max(len(e) for e in encoded) + args.max_new_tokens if args.compile else None,
     )

@@ -81,7 +81,7 @@ def run_command(args) -> int:
     prompt = _read_prompt(args.prompt)
     model, tokenizer = options.load_model(args)
     settings = Settings.from_args(args, loading.pad_token_id(model, tokenizer))
-    index = SuffixIndex.load(args.index, getattr(model.config, "vocab_size", None)) if args.index else None
+    index = options.load_index(args.index, model)
     to_stdout = args.json == options.STDOUT
     try:
         outcome = run(

@@ -99,14 +99,13 @@ def build(files: list[Path], tokenizer) -> tuple[SuffixIndex, dict]:
 
 
 def _tokenizer(model: str | None):
-    from transformers import AutoTokenizer
-
+    from lookahead import loading
     from lookahead.default_model import default_model_path
 
     path = model if model is not None else str(default_model_path())
     if not os.path.isdir(path):
         raise UsageError(f"index build: --model {path!r} is not a local model folder")
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return loading._load_tokenizer(path, {"local_files_only": True, "trust_remote_code": False}, required=True)
 
 
 def run(args) -> int:

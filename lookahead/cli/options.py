@@ -195,6 +195,16 @@ def load_model(args, need_tokenizer: bool = True):
     )
 
 
+def load_index(path: str | None, model):
+    """The corpus index ``--index`` names (``lookahead index build``), checked against the
+    model's vocabulary; None without ``--index``."""
+    if path is None:
+        return None
+    from lookahead.suffix import SuffixIndex
+
+    return SuffixIndex.load(path, getattr(model.config, "vocab_size", None))
+
+
 def model_meta(args, model) -> dict:
     """``{"model", "model_name", "dtype", "device"}`` for the JSON records."""
     from lookahead import loading
