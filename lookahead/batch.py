@@ -153,9 +153,7 @@ class BatchDecoder:
             self._check_stop(row)
         self.live = list(self.rows)
         # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
-        self.controller = ShapeController(
-            self.costs, adaptive=self.adaptive, rows=rows, copy_shape=self.config.copy_shape
-        )
+        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows, draft=self.config.uses_copy)
         self._retire()
 
     def _draft_costs(self) -> tuple[CostCurve | None, float]:
@@ -185,8 +183,9 @@ class BatchDecoder:
         if self.static is not None:
             width = bucket_for(width, self.static.buckets)
         host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
-        trees = [(t.depths, t.anchors, t.attend) for t in (layout.tree for layout, _ in plans)] if width > 1 else []
-        ids, *parts = upload(self.position.device, host_ids, *(a for tree in trees for a in tree))  # one copy
+        layouts = [self._step_mask(row, layout).layout(layout.tree) for row, (layout, _) in zip(rows, plans)]
+        layouts = layouts if width > 1 else []
+        ids, *parts = upload(self.position.device, host_ids, *(a for lay in layouts for a in lay))  # one copy
         offsets, allowed = self._shapes(rows, plans, width, parts)
         mask = batch_masks(
             offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups, self.model.dtype
@@ -215,20 +214,18 @@ class BatchDecoder:
 
     def _shapes(self, live: list[Row], plans, width: int, parts: list[torch.Tensor]):
         """Offsets ``[B, width]`` and attention ``[B, width, width]`` of the rows' steps (``parts``:
-        each row's tree depths, anchors and ancestry, uploaded)."""
+        each row's offsets and attention, uploaded)."""
         if width == 1:  # every row feeds its root alone (a plain step)
             device = self.position.device
             return (
                 torch.zeros(len(live), 1, dtype=torch.long, device=device),
                 torch.ones(len(live), 1, 1, dtype=torch.bool, device=device),
             )
-        offsets, allowed = [], []
-        for i, (row, (layout, _)) in enumerate(zip(live, plans)):
-            step_mask = row.proposer.step_mask if layout.windowed else row.proposer.lean_mask
-            depths, anchors, attend = parts[3 * i : 3 * i + 3]
-            offsets.append(step_mask.offsets(layout.tree, depths))
-            allowed.append(step_mask.allowed(layout.tree, anchors, attend))
-        return stack_steps(offsets, allowed, width)
+        return stack_steps(parts[0::2], [allowed.bool() for allowed in parts[1::2]], width)
+
+    @staticmethod
+    def _step_mask(row: Row, layout: Layout):
+        return row.proposer.step_mask if layout.windowed else row.proposer.lean_mask
 
     def _accept(
         self, row: Row, layout: Layout, fed: int, logits: torch.Tensor, preds: torch.Tensor, shape: str

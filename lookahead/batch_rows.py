@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead.controller import COPY, FULL, PLAIN
+from lookahead.controller import FULL, PLAIN
 from lookahead.decode import ROOT_ONLY, Layout
 from lookahead.proposer import Proposer
 from lookahead.sequence import TokenSequence
@@ -84,6 +84,6 @@ class Row:
         if shape == PLAIN:
             return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
         window = self.proposer.window if shape == FULL else None
-        tree, tokens, cands, origins = self.proposer.plan(self.seq, window, guess=True, copy_only=shape == COPY)
+        tree, tokens, cands, origins = self.proposer.plan(self.seq, window, guess=True)
         cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
         return Layout(tree, None, None, None, cands, origins, window is not None), tokens

@@ -56,6 +56,8 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int]) -
     """
     k = len(keep)
     contiguous = keep[-1] == k - 1
+    if contiguous and k == step_len and not any(isinstance(layer, DynamicSlidingWindowLayer) for layer in cache.layers):
+        return  # every entry the step wrote stays where it is (a plain step, or all nodes held)
     index = None if contiguous else upload(cache.layers[0].keys.device, np.array(keep))[0]
     for layer in cache.layers:
         if not layer.is_initialized:

@@ -138,9 +138,3 @@ class LookaheadConfig:
     @property
     def uses_copy(self) -> bool:
         return self.method == "lookahead" and self.copy_length > 0
-
-    @property
-    def copy_shape(self) -> bool:
-        """Whether the adaptive controller also weighs steps that feed the copy guess alone
-        (only where other guess sources would share the step with it)."""
-        return self.uses_copy and (self.uses_pool or self.uses_successors)

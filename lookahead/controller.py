@@ -3,10 +3,10 @@
 Up to four shapes compete:
 
 - ``full``: root + Jacobi window + guesses (the window keeps producing n-grams);
-- ``lean``: root + every guess source but the window (copy, pool, recycled successors);
-- ``copy``: root + the copy guess alone (where the decoder has other sources too): on
-  hardware where each fed token costs, the one guess that holds most often may pay where a
-  tree of all of them does not;
+- ``draft``: root + the draft budget's choice of nodes from every source but the window
+  (``budget.DraftBudget``: copy, pool, recycled successors), which may be none;
+- ``lean``: root + every guess source but the window, whole (where no budget weighs them:
+  the decoder has no copy guess);
 - ``plain``: the root alone, i.e. plain decoding (one token, the cheapest forward).
 
 Each guessing shape keeps moving averages of the tokens it accepted per step and of the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from lookahead.costmodel import CostCurve
 
-FULL, LEAN, COPY, PLAIN = "full", "lean", "copy", "plain"
+FULL, LEAN, DRAFT, PLAIN = "full", "lean", "draft", "plain"
 # the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in
 # seconds; measured by benchmarks/overhead.py on this project's CPU
 GUESS_OVERHEAD_S = 4e-4
@@ -53,11 +53,12 @@ class ShapeController:
         costs: the model's cost curve (``CostCurve.linear()``, proportional cost, when None).
         adaptive: False pins every step to ``FULL``.
         explore_every: base steps between tries of a shape not currently preferred (a third
-            of that for the lean shape, twice that for the full one).
+            of that for the lean and draft shapes, twice that for the full one).
         alpha: weight of the newest step in the moving averages.
         max_backoff: the most a losing shape's wait grows, as a multiple of its base wait.
         rows: rows decoded together (a batch): the decoder's work per step grows with them.
-        copy_shape: also weigh the ``copy`` shape.
+        draft: weigh the ``draft`` shape instead of the ``lean`` one (the decoder has a draft
+            budget).
     """
 
     def __init__(
@@ -68,34 +69,34 @@ class ShapeController:
         alpha: float = 0.25,
         max_backoff: int = 8,
         rows: int = 1,
-        copy_shape: bool = False,
+        draft: bool = False,
     ):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
         self.alpha = alpha
         # each row of a batch plans and walks its own guesses
         self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S * rows)
-        # tried first in this order; with the copy shape, cheapest first and once each
-        self.guessing = (COPY, LEAN, FULL) if copy_shape else (FULL, LEAN)
-        self._first_tries = 1 if copy_shape else 2
-        # the window, dearest by far, waits for its first exploration when cheaper shapes compete
-        self._tried_first = (COPY, LEAN) if copy_shape else (FULL, LEAN)
+        # tried first in this order; with the draft shape, it first and once
+        self.guessing = (DRAFT, FULL) if draft else (FULL, LEAN)
+        self._first_tries = 1 if draft else 2
+        # the window, dearest by far, waits for its first exploration when a cheaper shape competes
+        self._tried_first = (DRAFT,) if draft else (FULL, LEAN)
         self.shapes = self.guessing + (PLAIN,)
         # a step with guesses is assumed to yield two tokens until measured otherwise, so a
         # cold pool's first misses do not send decoding to the plain shape
         self._tokens = {shape: _Average(2.0, 1.0) for shape in self.guessing}
         self._fed = {shape: _Average() for shape in self.guessing}
         self._since = dict.fromkeys(self.shapes, 0)
-        # cheap tries come often: a lean or copy step costs little more than a plain one and
+        # cheap tries come often: a lean or draft step costs little more than a plain one and
         # finds the moment guesses start to hold (text that begins to repeat); the window
         # costs most
         cheap = max(explore_every // 3, 1)
-        # with the copy shape on, the lean tree is the dearer guess: tried like the window
-        base = {LEAN: explore_every if copy_shape else cheap, COPY: cheap, FULL: 2 * explore_every}
+        base = {LEAN: cheap, DRAFT: cheap, FULL: 2 * explore_every}
         self._base = {shape: base[shape] for shape in self.guessing}
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(self.shapes, 0)
+        self._rates = {shape: self._rated(shape) for shape in self.guessing} | {PLAIN: 1.0}
 
     def rate(self, shape: str) -> float:
         """Expected tokens per one-token-forward of cost (plain decoding: 1).
@@ -103,15 +104,16 @@ class ShapeController:
         In a batch every quantity is per row and the curve is the batch's own (a forward
         over ``[rows, k]`` against one over ``[rows, 1]``), so the same comparison holds.
         """
-        if shape == PLAIN:
-            return 1.0
+        return self._rates[shape]
+
+    def _rated(self, shape: str) -> float:
         fed = self._fed[shape].mean()
         if fed <= 0:
             return 0.0
         return self._tokens[shape].mean() / (self.costs(fed) + self.overhead)
 
     def best(self) -> str:
-        return max(self.shapes, key=self.rate)
+        return max(self.shapes, key=self._rates.__getitem__)
 
     def choose(self) -> str:
         if not self.adaptive:
@@ -130,6 +132,7 @@ class ShapeController:
         if shape != PLAIN:
             self._tokens[shape].add(float(accepted), self.alpha)
             self._fed[shape].add(float(fed), self.alpha)
+            self._rates[shape] = self._rated(shape)  # rates change only here: kept, not recomputed
             if explored:
                 lost = self.best() != shape
                 self._waits[shape] = min(2 * self._waits[shape], self._cap[shape]) if lost else self._base[shape]

@@ -11,7 +11,7 @@ from transformers.cache_utils import DynamicCache
 
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
-from lookahead.controller import COPY, FULL, LEAN, PLAIN, ShapeController
+from lookahead.controller import DRAFT, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
 from lookahead.host import fetch, upload, wait
 from lookahead.mask import attention_groups
@@ -50,9 +50,9 @@ class Decoder:
         self.cache = cache
         self.stats = stats
         self.controller = ShapeController(
-            costs, adaptive=config.adaptive and config.method == "lookahead", copy_shape=config.copy_shape
+            costs, adaptive=config.adaptive and config.method == "lookahead", draft=config.uses_copy
         )
-        adaptive = self.controller.adaptive  # a fixed shape feeds the whole copy draft
+        adaptive = self.controller.adaptive  # a fixed shape feeds every source's whole guesses
         self.proposer = Proposer(
             config,
             rule,
@@ -76,6 +76,11 @@ class Decoder:
         self.stats.row_forwards += 1
         return logits
 
+    @property
+    def past_keep(self) -> torch.Tensor:
+        """Bool ``[cache length]``: False at the prompt's padding."""
+        return self._keep[: self._kept]
+
     def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
         last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
@@ -86,7 +91,10 @@ class Decoder:
             check_cache(self.cache)  # the layers a lazily built cache made in the prefill
             prepare_cache(self.cache)
         real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
-        self.past_keep = real
+        # which cache entries are real tokens: a buffer of ones after the prompt's, grown by doubling
+        self._keep = torch.ones(2 * real.shape[0] + 64, dtype=torch.bool, device=real.device)
+        self._keep[: real.shape[0]] = real
+        self._kept = real.shape[0]
         prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
         rule = self.proposer.rule
         rule.start(logits[-1:])
@@ -108,13 +116,11 @@ class Decoder:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         shape = self.controller.choose()
         proposer = self.proposer
-        if shape == PLAIN and proposer.drafter is not None:
-            # the copy guess's own budget decides whether a draft pays this step (where it is
-            # the only source, a lean step feeds it alone)
-            shape = COPY if COPY in self.controller.shapes else LEAN
+        if shape == PLAIN and proposer.budget is not None:
+            shape = DRAFT  # the draft budget decides whether any node pays this step
         window = proposer.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
-        step = self._layout(seq, window, past_len, guess=shape != PLAIN, copy_only=shape == COPY)
+        step = self._layout(seq, window, past_len, guess=shape != PLAIN)
         positions = (self.position + step.offsets)[None]
         if self.static is not None:
             logits = self._timed(self.static.forward, step.ids, positions, step.mask, past_len)
@@ -130,15 +136,15 @@ class Decoder:
             self.static.commit(past_len, path)
         else:
             commit(self.cache, past_len, step.ids.shape[1], path)
-        self.past_keep = torch.cat([self.past_keep, self.past_keep.new_ones(accepted)])
+        self._kept += accepted
+        if self._kept > self._keep.shape[0]:
+            self._keep = torch.cat([self._keep, self._keep.new_ones(self._keep.shape[0])])
         self.position += accepted
         proposer.learn(seq, preds, window is not None, accepted, last)
 
-    def _layout(
-        self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool, copy_only: bool = False
-    ) -> Layout:
+    def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
-        tree, tokens, cands, origins = self.proposer.plan(seq, window, guess, copy_only)
+        tree, tokens, cands, origins = self.proposer.plan(seq, window, guess)
         if window is None and not tree.size and self._maskless_plain:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
@@ -149,14 +155,14 @@ class Decoder:
         }
         step_mask = self.proposer.step_mask if window is not None else self.proposer.lean_mask
         host = np.asarray(tokens, dtype=np.int64)
-        ids, *parts = upload(step_mask.device, host, tree.depths, tree.anchors, tree.attend)  # one copy
+        ids, *parts = upload(step_mask.device, host, *step_mask.layout(tree))  # one copy
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len], parts)
         return Layout(tree, ids[None], offsets, mask, cands, origins, window is not None, host)
 
     def _record(self, shape: str, step: Layout, appended: list[int]) -> None:
         """Count the step, credit the source of its accepted guesses, inform the controller
         (a step that fed its root alone counts as plain; the controller learns what the shape
-        it chose gave, so a copy step whose draft did not pay teaches it as a copy step)."""
+        it chose gave, so a draft step whose budget fed nothing teaches it as a draft step)."""
         fed = step.ids.shape[1]
         self.proposer.count(shape, step, fed, appended)
         self.controller.record(shape, len(appended), fed)

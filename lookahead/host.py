@@ -36,10 +36,10 @@ def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor 
     """``(argmax, top-k or None)`` of ``logits`` (``[..., V]``) as host (CPU) tensors: argmax
     long ``[...]`` (the first maximum, as ``generate``'s argmax takes it) and, for ``k > 0``,
     the k best ids long ``[..., k]``, best first. One transfer."""
-    preds = logits.argmax(-1, keepdim=True)
-    both = torch.cat([preds, logits.topk(k, dim=-1).indices], dim=-1) if k else preds
-    host = both.cpu()
-    return host[..., 0], (host[..., 1:] if k else None)
+    if not k:
+        return logits.argmax(-1).cpu(), None
+    both = torch.cat([logits.argmax(-1, keepdim=True), logits.topk(k, dim=-1).indices], dim=-1).cpu()
+    return both[..., 0], both[..., 1:]
 
 
 def wait(logits: torch.Tensor) -> torch.Tensor:

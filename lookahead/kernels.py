@@ -266,3 +266,21 @@ def merge_trie(chain, cands, n_cands, base):
             for e in range(d):
                 attend[d, e] = attend[p - base, e]
     return tokens[:t], parents[:t], depths[:t], anchors[:t], attend
+
+
+@njit(cache=True)
+def step_layout(head_offsets, head_allowed, depths, anchors, attend):
+    """Offsets from the root (int64 ``[n + t]``) and attention (bool ``[n + t, n + t]``) of
+    a step ``[head | draft]``: the head's own layout (root + window, ``n`` tokens), then the
+    ``t`` draft nodes, each at its depth, seeing its anchor's view of the head and its own
+    ancestry (``anchors``, ``attend`` as :func:`merge_trie` returns them)."""
+    n, t = head_offsets.shape[0], depths.shape[0]
+    offsets = np.empty(n + t, dtype=np.int64)
+    offsets[:n] = head_offsets
+    offsets[n:] = depths
+    allowed = np.zeros((n + t, n + t), dtype=np.bool_)
+    allowed[:n, :n] = head_allowed
+    for d in range(t):
+        allowed[n + d, :n] = head_allowed[anchors[d]]
+        allowed[n + d, n:] = attend[d]
+    return offsets, allowed

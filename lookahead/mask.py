@@ -23,25 +23,10 @@ that both ``eager`` and ``sdpa`` read correctly.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from lookahead.tree import GuessTree
-
-
-def window_layout(levels: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Offsets ``[1 + levels*width]`` and boolean attention ``[n, n]`` of root + window."""
-    n = 1 + levels * width
-    offsets = torch.zeros(n, dtype=torch.long)
-    allowed = torch.zeros(n, n, dtype=torch.bool)
-    allowed[:, 0] = True
-    for level in range(levels):
-        for col in range(width):
-            row = 1 + level * width + col
-            offsets[row] = 1 + col + level
-            allowed[row, 1 : 2 + col] = True
-            for above in range(1, level + 1):
-                allowed[row, 1 + above * width + col] = True
-    return offsets, allowed
+from lookahead.tree import GuessTree, window_layout
 
 
 class StepMask:
@@ -56,33 +41,26 @@ class StepMask:
     """
 
     def __init__(self, levels: int, width: int, groups: dict, dtype: torch.dtype, device):
-        offsets, allowed = window_layout(levels, width)
-        self.head_offsets = offsets.to(device)
-        self.head_allowed = allowed.to(device)
+        self.head = window_layout(levels, width)  # on the host: each step's layout is made there
         self.groups = groups
         self.dtype = dtype
         self.device = device
         self.blocked = torch.finfo(dtype).min
+        self._attend = torch.zeros((), dtype=dtype, device=device)
+        self._blocked = torch.full((), self.blocked, dtype=dtype, device=device)
 
-    def offsets(self, tree: GuessTree, depths: torch.Tensor | None = None) -> torch.Tensor:
-        """Position of each input token minus the root's: long ``[q]`` (``depths``: the tree's,
-        already on the device, see :func:`lookahead.host.upload`)."""
-        if depths is None:
-            depths = torch.from_numpy(tree.depths).to(self.device)
-        return torch.cat([self.head_offsets, depths])
+    def layout(self, tree: GuessTree) -> tuple[np.ndarray, np.ndarray]:
+        """The step's offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``), on
+        the host, to upload with the step's ids (:func:`lookahead.host.upload`)."""
+        return tree.layout(self.head)
 
-    def allowed(self, tree: GuessTree, anchors=None, attend=None) -> torch.Tensor:
-        """Boolean ``[q, q]``: which step tokens each step token may attend (``anchors`` and
-        ``attend``: the tree's, already on the device)."""
-        head = self.head_allowed
-        n, t = head.shape[0], tree.size
-        if t == 0:
-            return head
-        if anchors is None:
-            anchors, attend = (torch.from_numpy(a).to(self.device) for a in (tree.anchors, tree.attend))
-        top = torch.cat([head, head.new_zeros(n, t)], dim=1)
-        bottom = torch.cat([head[anchors], attend.bool()], dim=1)
-        return torch.cat([top, bottom], dim=0)
+    def offsets(self, tree: GuessTree) -> torch.Tensor:
+        """Position of each input token minus the root's: long ``[q]``."""
+        return torch.from_numpy(self.layout(tree)[0]).to(self.device)
+
+    def allowed(self, tree: GuessTree) -> torch.Tensor:
+        """Boolean ``[q, q]``: which step tokens each step token may attend."""
+        return torch.from_numpy(self.layout(tree)[1]).to(self.device)
 
     def build(self, tree: GuessTree, sizes: dict, past_keep: torch.Tensor, parts: tuple | None = None):
         """Offsets and the mask(s) for the model.
@@ -92,14 +70,14 @@ class StepMask:
             sizes: ``{name: (kv_offset, past_len)}``: the first cache index the group's
                 layers still hold, and the committed cache length.
             past_keep: bool ``[past_len]``, False at padding.
-            parts: the tree's ``(depths, anchors, attend)`` already on the device, or None.
+            parts: the step's ``(offsets, allowed)`` (:meth:`layout`) already on the device
+                (any integer or bool dtype), or None.
 
         Returns:
             ``(offsets [q], mask)``: ``mask`` is ``[1, 1, q, kv]`` or a dict of them.
         """
-        depths, anchors, attend = parts if parts is not None else (None, None, None)
-        offsets = self.offsets(tree, depths)
-        allowed = self.allowed(tree, anchors, attend)
+        offsets, allowed = parts if parts is not None else (self.offsets(tree), self.allowed(tree))
+        allowed = allowed.bool()
         masks = {}
         for name, window in self.groups.items():
             kv_offset, past_len = sizes[name]
@@ -111,8 +89,7 @@ class StepMask:
                 past = past & (query[:, None] - keys[None, :] < window)
                 new = new & (offsets[:, None] - offsets[None, :] < window)
             keep = torch.cat([past, new], dim=1)
-            mask = torch.zeros(keep.shape, dtype=self.dtype, device=self.device)
-            masks[name] = mask.masked_fill_(~keep, self.blocked)[None, None]
+            masks[name] = torch.where(keep, self._attend, self._blocked)[None, None]
         if list(masks) == [None]:
             return offsets, masks[None]
         return offsets, masks

@@ -145,12 +145,16 @@ class NgramPool:
 
         The returned array is a view into a reused buffer: valid until the next lookup.
         """
-        n = 0
+        return self.lookup_split(key, before)[0]
+
+    def lookup_split(self, key: int, before: int = -1) -> tuple[np.ndarray, int]:
+        """:meth:`lookup`'s rows and how many of the first came from the context pair."""
+        paired = 0
         args = (self._keys, self._stamps, self._counts, self._conts, self._clock)
         if self.context_tokens == 2 and before >= 0:
-            n = kernels.pool_lookup(*args, kernels.pair_key(np.int64(before), np.int64(key)), self._out, 0)
-        n = kernels.pool_lookup(*args, np.int64(key), self._out, n)
-        return self._out[:n]
+            paired = kernels.pool_lookup(*args, kernels.pair_key(np.int64(before), np.int64(key)), self._out, 0)
+        n = kernels.pool_lookup(*args, np.int64(key), self._out, paired)
+        return self._out[:n], paired
 
     def save(self, path) -> None:
         """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lookahead.budget import DraftBudget
 from lookahead.config import LookaheadConfig
-from lookahead.controller import COPY, PLAIN
+from lookahead.controller import DRAFT, PLAIN
 from lookahead.costmodel import CostCurve
 from lookahead.drafts import CopyDrafter
 from lookahead.mask import StepMask
@@ -28,6 +29,12 @@ from lookahead.verify import walk
 from lookahead.window import JacobiWindow
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
+# the row sources of the draft budget, with the prior rates of a row's first token and of
+# its later ones: a little above what the embedded model held on HumanEval and grounded
+# prompts (0.5 and 0.85 for the pool's context-pair rows, 0.25 and 0.45 for its key rows,
+# which is why they learn apart), so that a fresh request tries them
+POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
+SUCCESSOR_SOURCE = (("successors", 0.3, 0.6),)
 
 
 class Proposer:
@@ -38,8 +45,9 @@ class Proposer:
         rule: the greedy or sampling rule the row's tree is walked with.
         stats: the stats its steps are counted in.
         pool: an n-gram pool to use (a kept one, or a batch's shared one); a fresh one if None.
-        costs, overhead: the cost curve and per-step overhead (one-token forwards) the copy
-            guess weighs its draft against; ``costs=None`` feeds whole drafts (a fixed shape).
+        costs, overhead: the cost curve and per-step overhead (one-token forwards) the draft
+            budget weighs every step's nodes against; ``costs=None`` feeds every source's
+            whole guesses (a fixed shape).
         index: a corpus the copy guess also drafts from.
         dtype: the dtype of the step masks (the model's).
     """
@@ -63,18 +71,19 @@ class Proposer:
                 if pool is not None
                 else NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
             )
-        self.drafter = None
+        self.drafter = self.budget = None
         if config.uses_copy:
             kept = self.pool
             self.drafter = CopyDrafter(
                 config.copy_length,
                 config.copy_match,
                 config.copy_min_prob,
-                costs,
-                overhead,
                 history=(lambda: kept.history_indexes) if kept is not None else None,
                 corpus=index,
             )
+            if costs is not None:
+                sources = POOL_SOURCES * config.uses_pool + SUCCESSOR_SOURCE * config.uses_successors
+                self.budget = DraftBudget(config.copy_length, costs, overhead, sources, config.ngram - 1)
         self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
         self.step_mask: StepMask | None = None  # root + window + guesses
@@ -96,13 +105,12 @@ class Proposer:
         elif cfg.uses_successors:
             self.successors = SuccessorTable(vocab, cfg.successors, cfg.ngram - 1)
 
-    def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool, copy_only: bool = False):
+    def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
-        guess rows merged into it (or None) and each row's source (``copy_only``: the copy
-        guess alone)."""
+        guess rows merged into it (or None) and each row's source."""
         chain = window.chain if window is not None else _NO_CHAIN
         head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
-        cands, origins = self._guesses(seq, copy_only) if guess else (None, ())
+        cands, origins = self._guesses(seq) if guess else (None, ())
         tree = GuessTree.build(chain, len(head), cands)
         return tree, head + tree.tokens.tolist(), cands, origins
 
@@ -114,7 +122,7 @@ class Proposer:
         stats.guess_tokens += fed - 1
         stats.lean_steps += int(not step.windowed)
         stats.plain_steps += int(shape == PLAIN or fed == 1)
-        stats.copy_steps += int(shape == COPY and fed > 1)
+        stats.draft_steps += int(shape == DRAFT and fed > 1)
         stats.record_step(accepted)
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
@@ -126,29 +134,35 @@ class Proposer:
         (``preds``: the logits' argmax on the host, when already fetched)."""
         self.rule.start(logits, preds)
         path = []
-        for node, pick in walk(tree, self.rule, lambda: seq.ids):
+        for node, pick in walk(tree if tree.size or tree.chain.size else None, self.rule, lambda: seq.ids):
             path.append(node)
             seq.append(pick)
             if seq.done:
                 break
         return path
 
-    def _guesses(self, seq: TokenSequence, copy_only: bool) -> tuple[np.ndarray | None, tuple[str, ...]]:
-        """Rows of guessed continuations (shorter rows end in -1): the copy guess, then (unless
-        ``copy_only``) the pool's, then the recycled successors'; and the source of each row."""
-        parts = {}
-        if self.drafter is not None:
-            parts["copy"] = self.drafter.propose(seq.array())
-        if self.pool is not None and not copy_only:
+    def _guesses(self, seq: TokenSequence) -> tuple[np.ndarray | None, tuple[str, ...]]:
+        """Rows of guessed continuations (shorter rows end in -1) and the source of each:
+        the budget's choice from every source, or (under a fixed shape) every source's whole
+        guesses, the copy guess's, then the pool's, then the recycled successors'."""
+        parts = []
+        if self.pool is not None:
             # a step follows the prefill: the prompt's last token precedes its first token
-            parts["pool"] = pooled = self.pool.lookup(seq.tokens[-1], seq.tokens[-2])
+            pooled, paired = self.pool.lookup_split(seq.tokens[-1], seq.tokens[-2])
             self.stats.pool_lookups += 1
             self.stats.pool_hits += int(pooled.shape[0] > 0)
-        if self.successors is not None and not copy_only:
-            parts["successors"] = self.successors.guesses(seq.tokens[-1])
-        parts = {name: rows for name, rows in parts.items() if rows.size}
-        origins = tuple(name for name, rows in parts.items() for _ in range(rows.shape[0]))
-        return _stack_rows(list(parts.values())), origins
+            parts += [("pool", pooled[:paired]), ("pool", pooled[paired:])]
+        if self.successors is not None:
+            parts.append(("successors", self.successors.guesses(seq.tokens[-1])))
+        if self.budget is not None:
+            rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
+            cands, origins = self.budget.plan(self.drafter.tree(seq.array()), rows)
+            return (cands if cands.shape[0] else None), origins
+        if self.drafter is not None:
+            parts.insert(0, ("copy", self.drafter.propose(seq.array())))
+        parts = [(name, rows) for name, rows in parts if rows.size]
+        origins = tuple(name for name, rows in parts for _ in range(rows.shape[0]))
+        return _stack_rows([rows for _, rows in parts]), origins
 
     def _advance_window(self, preds: torch.Tensor, accepted: int, root: int) -> None:
         """The newest level's predictions (rows of the host argmax ``preds`` ``[q]``) become a
@@ -174,14 +188,14 @@ class Proposer:
         """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
         move the window on (by its newest level's predictions, from ``preds``, the host argmax
         ``[q]`` of the step's logits, when it was fed), file the new n-grams and score the
-        copy guess's nodes."""
+        draft's nodes."""
         if windowed:
             self._advance_window(preds, accepted, root)
         else:
             self.window.slide(accepted)
         self.learn_text(seq, accepted)
-        if self.drafter is not None:
-            self.drafter.learn(seq.tokens[-accepted:])
+        if self.budget is not None:
+            self.budget.learn(seq.tokens[-accepted:])
 
 
 def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:

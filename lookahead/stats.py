@@ -24,7 +24,8 @@ class LookaheadStats:
         lean_steps: steps that ran without the window (lean or plain: the controller backed off).
         plain_steps: steps that fed the last token alone, as plain decoding (a shape that
             found no guess included).
-        copy_steps: steps that fed the copy guess alone (the controller's ``copy`` shape).
+        draft_steps: steps that fed a draft the budget chose, without the window (the
+            controller's ``draft`` shape).
         forward_s: seconds spent inside the model's forward (prefill included; on CUDA up to
             the end of the forward's kernels, not their launch).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.
@@ -45,7 +46,7 @@ class LookaheadStats:
     source_tokens: dict = field(default_factory=dict)
     lean_steps: int = 0
     plain_steps: int = 0
-    copy_steps: int = 0
+    draft_steps: int = 0
     forward_s: float = 0.0
     total_s: float = 0.0
     fallback: bool = False
@@ -89,7 +90,7 @@ class LookaheadStats:
             "source_tokens": dict(self.source_tokens),
             "lean_steps": self.lean_steps,
             "plain_steps": self.plain_steps,
-            "copy_steps": self.copy_steps,
+            "draft_steps": self.draft_steps,
             "forward_s": self.forward_s,
             "total_s": self.total_s,
             "overhead_share": self.overhead_share,

@@ -274,9 +274,10 @@ def index_draft(
 
 
 @njit(cache=True)
-def tree_rows(tokens, parents, count, depths_out):
+def tree_rows(tokens, parents, count, depths_out, leaves_out):
     """The draft's first ``count`` nodes as root-to-leaf rows (int64 ``[leaves, depth]``,
-    shorter rows end in -1), for the guess trie; ``depths_out[i]`` gets node i's depth."""
+    shorter rows end in -1), for the guess trie; ``depths_out[i]`` gets node i's depth and
+    ``leaves_out[r]`` row r's leaf."""
     is_parent = np.zeros(count, dtype=np.bool_)
     deepest = 0
     for i in range(count):
@@ -294,34 +295,10 @@ def tree_rows(tokens, parents, count, depths_out):
     for i in range(count):
         if is_parent[i]:
             continue
+        leaves_out[r] = i
         node = i
         while node >= 0:
             rows[r, depths_out[node] - 1] = tokens[node]
             node = parents[node]
         r += 1
     return rows
-
-
-@njit(cache=True)
-def path_rates(parents, probs, count, fed, held, prior, scale, out):
-    """``out[i]``: the chance that node i's whole path holds, from its share of its parent's
-    occurrences (``probs[i] / probs[parent]``) calibrated by the bins ``fed``/``held`` (with
-    ``prior`` observations of ``scale x share``), times its parent's chance."""
-    bins = fed.shape[0]
-    for i in range(count):
-        par = parents[i]
-        share = probs[i] / probs[par] if par >= 0 else probs[i]
-        b = min(int(share * bins), bins - 1)
-        rate = (held[b] + prior * scale * share) / (fed[b] + prior)
-        out[i] = rate * out[par] if par >= 0 else rate
-
-
-@njit(cache=True)
-def held_nodes(tokens, parents, count, appended, out):
-    """``out[i]`` = whether node i's path is a prefix of ``appended`` (the step's tokens)."""
-    depth = np.empty(count, dtype=np.int64)
-    for i in range(count):
-        par = parents[i]
-        depth[i] = 1 if par < 0 else depth[par] + 1
-        ok = par < 0 or out[par]
-        out[i] = ok and depth[i] <= appended.shape[0] and appended[depth[i] - 1] == tokens[i]

@@ -11,6 +11,23 @@ from lookahead import kernels
 _NO_CANDS = np.zeros((0, 1), dtype=np.int64)
 
 
+def window_layout(levels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets from the root (int64 ``[n]``) and attention (bool ``[n, n]``) of the step's
+    head, root + window (``n = 1 + levels * width``; drawn in ``lookahead.mask``)."""
+    n = 1 + levels * width
+    offsets = np.zeros(n, dtype=np.int64)
+    allowed = np.zeros((n, n), dtype=np.bool_)
+    allowed[:, 0] = True
+    for level in range(levels):
+        for col in range(width):
+            row = 1 + level * width + col
+            offsets[row] = 1 + col + level
+            allowed[row, 1 : 2 + col] = True
+            for above in range(1, level + 1):
+                allowed[row, 1 + above * width + col] = True
+    return offsets, allowed
+
+
 @dataclass
 class GuessTree:
     """Every path from the root is a guessed continuation of the accepted text.
@@ -40,6 +57,11 @@ class GuessTree:
             cands = _NO_CANDS
         parts = kernels.merge_trie(chain, cands, cands.shape[0], base)
         return cls(chain, base, *parts)
+
+    def layout(self, head: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``) of the step
+        ``[head | draft]``, ``head`` being :func:`window_layout`'s (see ``lookahead.mask``)."""
+        return kernels.step_layout(head[0], head[1], self.depths, self.anchors, self.attend)
 
     @property
     def size(self) -> int:

@@ -1,6 +1,7 @@
 """The copy guess's drafts (``lookahead.suffix_kernels``, ``suffix``, ``drafts``) against plain
 Python: the suffix array's order and counts, each draft tree's nodes and probabilities, the best
-match length, the budget's cut, the calibration, and index files that are crafted or corrupt."""
+match length and scope, and index files that are crafted or corrupt. What a step feeds of a
+draft is the budget's (tests/unit/test_budget.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead import suffix_kernels
-from lookahead.costmodel import CostCurve
-from lookahead.drafts import Calibration, CopyDrafter, best_prefix
+from lookahead.drafts import CopyDrafter
 from lookahead.suffix import SuffixIndex, join_texts, suffix_array
 
 from strategies import copy_texts, history_cases
@@ -172,50 +172,10 @@ def test_index_draft_expects_what_the_reference_does(case, max_match):
         assert -1 not in path  # no draft runs past the end of an earlier text
 
 
-@settings(max_examples=300)
-@given(rates=st.lists(st.floats(0, 1), max_size=12), per_token=st.sampled_from([0.0, 0.02, 0.2, 1.0]))
-def test_best_prefix_maximises_tokens_per_cost(rates, per_token):
-    costs = CostCurve.linear(per_token)
-    arr = np.array(rates, dtype=np.float64)
-    n = best_prefix(arr, np.array([costs(k) for k in range(1, len(rates) + 2)]), 0.05)
-    value = [1.0] + [(1 + sum(rates[:k])) / (costs(1 + k) + 0.05) for k in range(1, len(rates) + 1)]
-    assert value[n] == pytest.approx(max(value))
-
-
-def test_calibration_learns_what_held():
-    """Shares that never hold sink towards 0, shares that always hold rise towards 1."""
-    cal = Calibration()
-    shares = np.full(50, 0.95)
-    fed = np.ones(50, dtype=bool)
-    cal.record(shares, fed, np.zeros(50, dtype=bool))
-    assert cal.rates(np.array([0.95]))[0] < 0.1
-    cal.record(np.full(400, 0.35), np.ones(400, dtype=bool), np.ones(400, dtype=bool))
-    assert cal.rates(np.array([0.35]))[0] > 0.95
-    assert cal.rates(np.array([0.65]))[0] == pytest.approx(0.8 * 0.65)  # an unseen bin keeps its prior
-    # a path's chance: its nodes' rates multiplied (shares 0.35 then 0.95/0.35 of it: held, missed)
-    parents, probs = np.array([-1, 0, 0]), np.array([0.35, 0.35, 0.35 * 0.65])
-    want = cal.rates(np.array([0.35, 1.0, 0.65]))
-    assert cal.path_rates(parents, probs) == pytest.approx([want[0], want[0] * want[1], want[0] * want[2]])
-
-
-def test_drafter_cuts_the_draft_where_it_stops_paying():
-    """Under a cost curve that charges each fed token a forward, no draft is worth feeding;
-    over a nearly flat one the whole tree is; what a step appended is learnt per node."""
-    text = np.array([5, 6, 7, 8] * 3 + [5, 6], dtype=np.int64)
-    dear = CopyDrafter(CAP, 16, 0.1, CostCurve.linear(1.0))
-    assert dear.propose(text).shape[0] == 0
-    cheap = CopyDrafter(CAP, 16, 0.1, CostCurve.linear(0.001))
-    rows = cheap.propose(text)
-    assert rows.shape == (1, CAP) and rows[0].tolist() == ([7, 8, 5, 6] * 4)[:CAP]
-    cheap.learn([7, 8, 9])  # two nodes held, the third did not, the rest were never reached
-    b = cheap.calibration._bins(np.array([1.0]))[0]
-    assert (cheap.calibration.fed[b], cheap.calibration.held[b]) == (3, 2)
-
-
 def test_the_best_scope_wins():
     """An earlier text that continues the current one further than the text itself wins."""
     history = SuffixIndex.from_texts([np.array([1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=np.int64)])
-    drafter = CopyDrafter(CAP, 16, 0.1, None, history=lambda: (history,))
+    drafter = CopyDrafter(CAP, 16, 0.1, history=lambda: (history,))
     rows = drafter.propose(np.array([9, 9, 1, 2, 3], dtype=np.int64))
     assert drafter.scope == "history" and rows[0].tolist()[:6] == [4, 5, 6, 7, 8, 9]
 

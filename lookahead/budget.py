@@ -1,0 +1,218 @@
+"""One budget over the cheap guess sources: a step feeds the candidate nodes most likely to
+hold, as many as pay for their forward.
+
+Every source but the Jacobi window proposes candidates:
+
+- the copy guess's scored tree (``drafts.CopyDrafter``): each node's share of its parent's
+  occurrences;
+- rows of tokens: the n-gram pool's (its context pair's rows, then its key's) and the
+  recycled successors'.
+
+Each candidate gets a chance of holding when its parent holds, learned online in bins: the
+copy guess's by share (ten bins), each row source's by depth. A bin starts at ``prior``
+observations of its prior rate (a copy node's ``COPY_PRIOR x share``; a row source's own
+rates for its first token and for the later ones). A row merges into the tree where it
+agrees with it: the shared node keeps the better chance and learns into both bins. The step
+feeds the nodes of highest path chance (the chances multiplied along the path), as many as
+maximise ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain
+decoding's 1; else none.
+
+Worked example (costs 1, 1.3, 1.35, 1.4 for forwards of 1-4 tokens, no overhead)::
+
+    copy tree   a (0.9) -> b (0.8)        path chances: a 0.9, b 0.72
+    pool row    a c                       c: the depth-2 pool bin's 0.5, path 0.45
+    by chance   a 0.9, b 0.72, c 0.45
+    value       n=1: 1.9/1.3 = 1.46   n=2: 2.62/1.35 = 1.94   n=3: 3.07/1.4 = 2.19
+    feed        a, b, c (a tree: every prefix by chance is one, parents come first)
+
+The kernels are pure functions over numpy arrays; :class:`DraftBudget` holds the bins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from lookahead.costmodel import CostCurve
+from lookahead.suffix_kernels import tree_rows
+
+COPY_BINS = 10
+COPY_PRIOR = 0.8  # counts from a handful of occurrences promise more than the model keeps
+_NO_ROWS = np.zeros((0, 0), dtype=np.int64)
+
+
+@njit(cache=True)
+def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
+    """``out[i]``: P(node i holds | its parent holds), from its share of the parent's
+    occurrences (``probs[i] / probs[parent]``) in one of ``COPY_BINS`` bins (``bins_out[i]``)
+    of ``fed``/``held``, which start at ``prior`` observations of ``scale x share``."""
+    for i in range(count):
+        par = parents[i]
+        share = probs[i] / probs[par] if par >= 0 else probs[i]
+        b = min(int(share * COPY_BINS), COPY_BINS - 1)
+        bins_out[i] = b
+        out[i] = (held[b] + prior * scale * share) / (fed[b] + prior)
+
+
+@njit(cache=True)
+def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bin_a, bin_b):
+    """Add ``rows`` (int64 ``[r, d]``, -1 ends a row) as paths from the root to the tree's
+    first ``count`` nodes (the arrays have room). A row's node at depth d (from 0) learns
+    into bin ``first_bin + d``, whose chance is ``chances[bin]``; a node the tree already
+    has keeps the better chance and the second bin (``bin_b``). Returns the new count."""
+    for r in range(rows.shape[0]):
+        cur = -1
+        for d in range(rows.shape[1]):
+            t = rows[r, d]
+            if t < 0:
+                break
+            b = first_bin + d
+            node = -1
+            for i in range(count):
+                if parents[i] == cur and tokens[i] == t:
+                    node = i
+                    break
+            if node < 0:
+                node = count
+                count += 1
+                tokens[node], parents[node], cond[node] = t, cur, chances[b]
+                bin_a[node], bin_b[node] = b, -1
+            else:
+                cond[node] = max(cond[node], chances[b])
+                if bin_a[node] != b and bin_b[node] < 0:
+                    bin_b[node] = b
+            cur = node
+    return count
+
+
+@njit(cache=True)
+def choose(parents, cond, count, costs, overhead, keep):
+    """Mark in ``keep`` the nodes to feed: the n of highest path chance (parents before
+    children: a child's chance is at most its parent's, and ties keep index order) for the n
+    that maximises ``(1 + sum) / (costs[n] + overhead)``, when that beats 1. ``costs[k - 1]``
+    prices a forward over k tokens, so at most ``len(costs) - 1`` nodes are fed. Returns n."""
+    path = np.empty(count)
+    for i in range(count):
+        par = parents[i]
+        path[i] = cond[i] * (path[par] if par >= 0 else 1.0)
+    order = np.argsort(-path, kind="mergesort")
+    best, best_n, total = 1.0, 0, 1.0
+    for k in range(min(count, costs.shape[0] - 1)):
+        total += path[order[k]]
+        value = total / (costs[k + 1] + overhead)
+        if value > best:
+            best, best_n = value, k + 1
+    keep[:count] = False
+    for k in range(best_n):
+        keep[order[k]] = True
+    return best_n
+
+
+@njit(cache=True)
+def compact(keep, count, tokens, parents, bin_a, bin_b):
+    """Move the kept nodes to the front in their order, parents renumbered; returns how many."""
+    renumber = np.full(count, -1, dtype=np.int64)
+    n = 0
+    for i in range(count):
+        if keep[i]:
+            par = parents[i]
+            renumber[i] = n
+            tokens[n], parents[n] = tokens[i], renumber[par] if par >= 0 else -1
+            bin_a[n], bin_b[n] = bin_a[i], bin_b[i]
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def record(tokens, parents, bin_a, bin_b, count, appended, fed, held):
+    """Each node whose parent held (the root always does) counts as fed in its bins, and as
+    held where its path is a prefix of ``appended`` (the tokens the step appended)."""
+    ok = np.zeros(count, dtype=np.bool_)
+    depth = np.empty(count, dtype=np.int64)
+    for i in range(count):
+        par = parents[i]
+        depth[i] = 1 if par < 0 else depth[par] + 1
+        if par >= 0 and not ok[par]:
+            continue
+        ok[i] = depth[i] <= appended.shape[0] and appended[depth[i] - 1] == tokens[i]
+        for b in (bin_a[i], bin_b[i]):
+            if b >= 0:
+                fed[b] += 1.0
+                held[b] += 1.0 if ok[i] else 0.0
+
+
+class DraftBudget:
+    """Chooses one step's draft nodes from every cheap source and learns what held.
+
+    Args:
+        max_nodes: the most nodes one step feeds (``LookaheadConfig.copy_length``).
+        costs, overhead: the forward's cost curve and the decoder's own work per guessing
+            step, in one-token forwards.
+        row_sources: ``(name, first, later)`` of each row source, in bin order: its name (one
+            may repeat: the pool's context-pair rows and key rows learn apart) and the prior
+            rates of a row's first token and of the later ones.
+        depth: the longest row.
+        prior: observations each bin starts with.
+    """
+
+    def __init__(
+        self, max_nodes: int, costs: CostCurve, overhead: float, row_sources: tuple, depth: int, prior: float = 2.0
+    ):
+        self.costs = np.array([costs(k) for k in range(1, max_nodes + 2)])
+        self.overhead = overhead
+        self.row_sources = tuple(row_sources)
+        names = [name for name, _, _ in self.row_sources]
+        self.depth = depth
+        self.prior = prior
+        bins = COPY_BINS + len(self.row_sources) * depth
+        self.fed, self.held = np.zeros(bins), np.zeros(bins)
+        rates = [np.array([first] + [later] * (depth - 1)) for _, first, later in self.row_sources]
+        self.prior_rates = np.concatenate([np.zeros(COPY_BINS), *rates])
+        self._names = ("copy",) * COPY_BINS + tuple(name for name in names for _ in range(depth))
+        self._n = 0
+        self._arrays = None
+        self._update()
+
+    def _update(self) -> None:
+        """Each row bin's chance, from its counts and its prior."""
+        self._chances = (self.held + self.prior * self.prior_rates) / (self.fed + self.prior)
+
+    def _room(self, cap: int):
+        if self._arrays is None or self._arrays[0].shape[0] < cap:
+            ints = [np.empty(cap, dtype=np.int64) for _ in range(6)]
+            self._arrays = (*ints[:4], np.empty(cap), np.empty(cap, dtype=np.bool_), *ints[4:])
+        return self._arrays
+
+    def plan(self, copy: tuple | None, rows: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, tuple[str, ...]]:
+        """The step's draft as root-to-leaf rows (int64 ``[leaves, depth]``, -1 padded; ``[0, 0]``
+        for none) and the source of each row.
+
+        Args:
+            copy: the copy guess's tree ``(tokens, parents, probs)`` (see
+                ``suffix_kernels.grow_tree``), or None.
+            rows: ``(row source index, int64 [r, d] rows)`` per source that found any.
+        """
+        count = copy[0].shape[0] if copy is not None else 0
+        tokens, parents, bin_a, bin_b, cond, keep, *_ = self._room(count + sum(r.size for _, r in rows))
+        if count:
+            copy_chances(copy[1], copy[2], count, self.fed, self.held, self.prior, COPY_PRIOR, bin_a, cond)
+            tokens[:count], parents[:count], bin_b[:count] = copy[0], copy[1], -1
+        for source, part in rows:
+            first = COPY_BINS + source * self.depth
+            count = merge_rows(part, first, self._chances, count, tokens, parents, cond, bin_a, bin_b)
+        n = choose(parents, cond, count, self.costs, self.overhead, keep) if count else 0
+        self._n = n = compact(keep, count, tokens, parents, bin_a, bin_b) if n else 0
+        if not n:
+            return _NO_ROWS, ()
+        depths, leaves = self._arrays[6][:n], self._arrays[7][:n]
+        rows = tree_rows(tokens, parents, n, depths, leaves)
+        return rows, tuple(self._names[b] for b in bin_a[leaves[: rows.shape[0]]].tolist())
+
+    def learn(self, appended) -> None:
+        """Count the last plan's nodes in their bins with what the step appended (in order)."""
+        if not self._n:
+            return
+        tokens, parents, bin_a, bin_b = self._arrays[:4]
+        record(tokens, parents, bin_a, bin_b, self._n, np.asarray(appended, dtype=np.int64), self.fed, self.held)
+        self._n = 0
+        self._update()

@@ -1,0 +1,199 @@
+"""The draft budget (``lookahead.budget``) against plain Python: rows merged into the copy
+tree, the nodes a step feeds (the most tokens per unit of cost, always a tree), what each bin
+learns from a step, and the whole budget's choice under dear and nearly free forwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead import budget
+from lookahead.budget import COPY_BINS, COPY_PRIOR, DraftBudget
+from lookahead.costmodel import CostCurve
+
+tokens = st.integers(0, 5)
+
+
+@st.composite
+def trees(draw, max_nodes=12):
+    """A tree with parents before children: ``(tokens, parents)``, siblings' tokens distinct."""
+    n = draw(st.integers(0, max_nodes))
+    toks, parents = [], []
+    for i in range(n):
+        par = draw(st.integers(-1, i - 1))
+        taken = {t for t, p in zip(toks, parents) if p == par}
+        free = [t for t in range(6) if t not in taken]
+        if not free:
+            break
+        toks.append(draw(st.sampled_from(free)))
+        parents.append(par)
+    return np.array(toks, dtype=np.int64), np.array(parents, dtype=np.int64)
+
+
+def paths(toks, parents) -> dict[tuple[int, ...], int]:
+    """Each node's root-to-node token path."""
+    out = {}
+    for i in range(len(toks)):
+        node, path = i, []
+        while node >= 0:
+            path.append(int(toks[node]))
+            node = int(parents[node])
+        out[tuple(reversed(path))] = i
+    return out
+
+
+@settings(max_examples=200)
+@given(tree=trees(), rows=st.lists(st.lists(tokens, min_size=1, max_size=4), max_size=3), data=st.data())
+def test_merge_rows_adds_each_row_as_a_path(tree, rows, data):
+    """After the merge every earlier node and every row prefix is a path; a node on a row's
+    path keeps the better of its chance and the row's bin's; new nodes learn into the row's bin."""
+    toks, parents = tree
+    n = len(toks)
+    cap = n + 4 * len(rows)
+    t, p = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+    cond, bin_a, bin_b = np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+    t[:n], p[:n], bin_a[:n], bin_b[:n] = toks, parents, 0, -1
+    cond[:n] = data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)) if n else []
+    before = cond[:n].copy()
+    chances = np.linspace(0.1, 0.9, COPY_BINS + 4)
+    grid = np.full((len(rows), 4), -1, dtype=np.int64)
+    for r, row in enumerate(rows):
+        grid[r, : len(row)] = row
+    count = budget.merge_rows(grid, COPY_BINS, chances, n, t, p, cond, bin_a, bin_b)
+    got = paths(t[:count], p[:count])
+    assert len(got) == count  # no path twice: shared prefixes were shared
+    assert set(paths(toks, parents)) <= set(got)
+    row_bins = {}
+    for row in rows:
+        for d in range(len(row)):
+            row_bins.setdefault(tuple(row[: d + 1]), set()).add(COPY_BINS + d)
+    assert set(got) == set(paths(toks, parents)) | set(row_bins)
+    for path, node in got.items():
+        if path in row_bins:
+            best = max(chances[b] for b in row_bins[path])
+            want = max(before[node], best) if node < n else best
+            assert cond[node] == pytest.approx(want)
+            assert {bin_a[node], bin_b[node]} - {-1, 0} <= row_bins[path]
+        else:
+            assert cond[node] == before[node]
+
+
+def reference_choice(parents, cond, costs, overhead):
+    """Brute force: the best value over every tree (parent-closed set) of nodes."""
+    n = len(parents)
+    path = []
+    for i in range(n):
+        path.append(cond[i] * (path[parents[i]] if parents[i] >= 0 else 1.0))
+    best = 1.0
+    for mask in range(1, 1 << n):
+        chosen = [i for i in range(n) if mask >> i & 1]
+        if len(chosen) >= len(costs) or any(parents[i] >= 0 and not mask >> parents[i] & 1 for i in chosen):
+            continue
+        best = max(best, (1 + sum(path[i] for i in chosen)) / (costs[len(chosen)] + overhead))
+    return best, path
+
+
+@settings(max_examples=200)
+@given(tree=trees(max_nodes=8), data=st.data(), per_token=st.sampled_from([0.0, 0.02, 0.2, 1.0]))
+def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token):
+    """The chosen nodes form a tree, and no tree of the candidates is worth more per cost."""
+    _, parents = tree
+    n = len(parents)
+    cond = np.array(data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)), dtype=np.float64)
+    curve = CostCurve.linear(per_token)
+    costs = np.array([curve(k) for k in range(1, 8)])  # at most 6 nodes fed
+    keep = np.zeros(n, dtype=np.bool_)
+    fed = budget.choose(parents, cond, n, costs, 0.05, keep) if n else 0
+    assert fed == keep.sum() <= 6
+    assert all(parents[i] < 0 or keep[parents[i]] for i in range(n) if keep[i])
+    best, path = reference_choice(parents, cond, costs, 0.05)
+    value = (1 + sum(path[i] for i in range(n) if keep[i])) / (costs[fed] + 0.05) if fed else 1.0
+    assert value == pytest.approx(best)
+
+
+@settings(max_examples=200)
+@given(tree=trees(), appended=st.lists(tokens, min_size=1, max_size=6))
+def test_record_counts_nodes_whose_parent_held(tree, appended):
+    """A node counts as fed where its parent held (or it hangs off the root), and as held
+    where its path is a prefix of what the step appended; in each of its bins."""
+    toks, parents = tree
+    n = len(toks)
+    bin_a = np.arange(n, dtype=np.int64) % 3
+    bin_b = np.where(np.arange(n) % 2 == 0, 3, -1).astype(np.int64)
+    fed, held = np.zeros(4), np.zeros(4)
+    budget.record(toks, parents, bin_a, bin_b, n, np.array(appended, dtype=np.int64), fed, held)
+    want_fed, want_held = np.zeros(4), np.zeros(4)
+    for path, node in paths(toks, parents).items():
+        if tuple(appended[: len(path) - 1]) != path[:-1]:
+            continue  # its parent did not hold
+        for b in (bin_a[node], bin_b[node]):
+            if b >= 0:
+                want_fed[b] += 1
+                want_held[b] += tuple(appended[: len(path)]) == path
+    assert fed.tolist() == want_fed.tolist() and held.tolist() == want_held.tolist()
+
+
+def chain(n: int, share: float = 1.0):
+    """A copy tree: one chain of n nodes, each holding ``share`` of its parent's occurrences."""
+    return (
+        np.arange(10, 10 + n, dtype=np.int64),
+        np.arange(-1, n - 1, dtype=np.int64),
+        share ** np.arange(1, n + 1, dtype=np.float64),
+    )
+
+
+POOL = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
+
+
+def test_dear_forwards_feed_nothing_free_ones_the_whole_draft():
+    """Under a curve that charges each fed token a forward no draft pays; over a nearly flat
+    one the whole tree and every row do, each row tagged with its leaf's source."""
+    rows = [(1, np.array([[40, 41, -1, -1]], dtype=np.int64))]
+    dear = DraftBudget(8, CostCurve.linear(1.0), 0.0, POOL, 4)
+    assert dear.plan(chain(6), rows)[0].shape[0] == 0
+    cheap = DraftBudget(8, CostCurve.linear(0.001), 0.0, POOL, 4)
+    got, origins = cheap.plan(chain(6), rows)
+    assert sorted(map(tuple, got.tolist())) == [(10, 11, 12, 13, 14, 15), (40, 41, -1, -1, -1, -1)]
+    assert sorted(origins) == ["copy", "pool"]
+
+
+def test_bins_learn_what_held():
+    """A copy share whose nodes always miss stops being fed; one whose nodes hold keeps being
+    fed; a row bin that never held is no longer worth feeding; unseen bins keep their prior."""
+    costs = CostCurve.linear(0.05)
+    plan = DraftBudget(8, costs, 0.0, POOL, 4)
+    assert plan.plan(chain(3), [])[0].shape[1] == 3
+    for _ in range(30):
+        plan.plan(chain(3), [])
+        plan.learn([99])  # the first node missed
+    assert plan.plan(chain(3), [])[0].shape[0] == 0
+    b = min(int(1.0 * COPY_BINS), COPY_BINS - 1)
+    assert plan.fed[b] == 30 and plan.held[b] == 0
+    # a half share was never seen: its prior holds
+    assert plan.fed[5] == 0
+    rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
+    for _ in range(30):
+        plan.plan(None, rows)
+        plan.learn([40, 41, 42, 43, 7])  # the whole row held
+    assert plan.plan(None, rows)[0].tolist() == [[40, 41, 42, 43]]
+    assert plan.held[COPY_BINS] == plan.fed[COPY_BINS] == 30
+    missed = [(1, np.array([[50, 51]], dtype=np.int64))]
+    assert plan.plan(None, missed)[0].shape[0] == 1
+    for _ in range(30):
+        plan.plan(None, missed)
+        plan.learn([7])
+    assert plan.plan(None, missed)[0].shape[0] == 0
+    first_key_bin = COPY_BINS + 4
+    assert 1 <= plan.fed[first_key_bin] < 30 and plan.held[first_key_bin] == 0  # it stopped being fed
+    assert plan.fed[first_key_bin + 1] == 0  # its second token was never reached
+
+
+def test_a_copy_node_starts_from_its_share():
+    """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share``."""
+    toks, parents, probs = chain(2, 0.5)
+    cond, bins = np.empty(2), np.empty(2, dtype=np.int64)
+    fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
+    budget.copy_chances(parents, probs, 2, fed, held, 2.0, COPY_PRIOR, bins, cond)
+    assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5] * 2) and bins.tolist() == [5, 5]
