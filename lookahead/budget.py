@@ -124,6 +124,14 @@ def compact(keep, count, tokens, parents, bin_a, bin_b):
 
 
 @njit(cache=True)
+def chances_of(fed, held, prior, prior_rates, out):
+    """``out[b]``: bin b's chance of holding, its counts after ``prior`` observations of its
+    prior rate."""
+    for b in range(fed.shape[0]):
+        out[b] = (held[b] + prior * prior_rates[b]) / (fed[b] + prior)
+
+
+@njit(cache=True)
 def record(tokens, parents, bin_a, bin_b, count, appended, fed, held):
     """Each node whose parent held (the root always does) counts as fed in its bins, and as
     held where its path is a prefix of ``appended`` (the tokens the step appended)."""
@@ -171,11 +179,12 @@ class DraftBudget:
         self._names = ("copy",) * COPY_BINS + tuple(name for name in names for _ in range(depth))
         self._n = 0
         self._arrays = None
+        self._chances = np.empty(bins)
         self._update()
 
     def _update(self) -> None:
         """Each row bin's chance, from its counts and its prior."""
-        self._chances = (self.held + self.prior * self.prior_rates) / (self.fed + self.prior)
+        chances_of(self.fed, self.held, self.prior, self.prior_rates, self._chances)
 
     def _room(self, cap: int):
         if self._arrays is None or self._arrays[0].shape[0] < cap:

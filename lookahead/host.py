@@ -33,13 +33,19 @@ def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
 
 
 def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(argmax, top-k or None)`` of ``logits`` (``[..., V]``) as host (CPU) tensors: argmax
-    long ``[...]`` (the first maximum, as ``generate``'s argmax takes it) and, for ``k > 0``,
-    the k best ids long ``[..., k]``, best first. One transfer."""
+    """``(argmax, top-k or None)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
+    tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it) and,
+    for ``k > 0``, the k best ids long ``[..., k]``, best first. One transfer (two where the
+    top logit ties), and with ``k > 0`` one top-k pass over the vocabulary, not two."""
     if not k:
         return logits.argmax(-1).cpu(), None
-    both = torch.cat([logits.argmax(-1, keepdim=True), logits.topk(k, dim=-1).indices], dim=-1).cpu()
-    return both[..., 0], both[..., 1:]
+    # the top-k's first is the argmax unless the best two tie: then argmax's first maximum
+    # may be the other one, read in a second transfer (rare: exact ties of the top logit)
+    values, top = logits.topk(max(k, 2), dim=-1)
+    tied = (values[..., 0] == values[..., 1]).long()
+    host = torch.cat([top, tied[..., None]], dim=-1).cpu()
+    preds = host[..., 0] if not host[..., -1].any() else logits.argmax(-1).cpu()
+    return preds, host[..., :k]
 
 
 def wait(logits: torch.Tensor) -> torch.Tensor:

@@ -22,8 +22,22 @@ class JacobiWindow:
         self.levels = levels
         self.width = width
         rng = np.random.default_rng(0)
-        self.tokens = rng.choice(np.asarray(seed_tokens, dtype=np.int64), size=(levels, width))
+        self._tokens = rng.choice(np.asarray(seed_tokens, dtype=np.int64), size=(levels, width))
+        self._pending = 0  # columns to slide before the window is next read
         self._model_levels = 0
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """int64 ``[levels, width]``, the guesses."""
+        if self._pending:
+            steps, self._pending = self._pending, 0
+            self._tokens[:, :-steps] = self._tokens[:, steps:]
+            self._tokens[:, -steps:] = self._tokens[:, -steps - 1 : -steps]
+        return self._tokens
+
+    @tokens.setter
+    def tokens(self, value: np.ndarray) -> None:
+        self._tokens, self._pending = value, 0
 
     @property
     def size(self) -> int:
@@ -59,7 +73,6 @@ class JacobiWindow:
     def slide(self, steps: int) -> None:
         """Move every level ``steps`` columns left (the last token moved on without the
         window); the vacated right end repeats the last column."""
-        steps = min(steps, self.width - 1)
-        if steps > 0:
-            self.tokens[:, :-steps] = self.tokens[:, steps:]
-            self.tokens[:, -steps:] = self.tokens[:, -steps - 1 : -steps]
+        # done when next read: slides compose (a then b columns is a + b, up to width - 1)
+        if steps > 0 and self.width > 1:
+            self._pending = min(self._pending + steps, self.width - 1)

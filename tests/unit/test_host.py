@@ -15,6 +15,8 @@ import traceback
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lookahead
 from lookahead import host
@@ -149,3 +151,28 @@ def test_wait_synchronises_the_logits_cuda_device_only(monkeypatch):
     assert wait(cpu) is cpu and calls == []
     fake = SimpleNamespace(is_cuda=True, device=torch.device("cuda", 1))
     assert wait(fake) is fake and calls == [torch.device("cuda", 1)]
+
+
+@settings(max_examples=200)
+@given(
+    rows=st.integers(1, 5),
+    vocab=st.integers(2, 12),
+    k=st.integers(0, 3),
+    levels=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_fetch_is_argmax_and_topk_even_where_the_top_logits_tie(rows, vocab, k, levels, seed):
+    """``fetch`` reads the argmax from its top-k where the best logit is unique, and takes
+    ``argmax`` itself (the first maximum, as ``generate`` does) where it ties; its top-k are
+    the k best ids, best first. Few distinct values make ties common."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, levels, (rows, vocab), generator=gen).float()
+    k = min(k, vocab)
+    preds, top = host.fetch(logits, k)
+    assert preds.tolist() == logits.argmax(-1).tolist()
+    if not k:
+        assert top is None
+        return
+    assert top.shape == (rows, k)
+    best = logits.topk(k, dim=-1).values
+    assert torch.equal(logits.gather(-1, top), best)
