@@ -8,10 +8,11 @@ Variants (``LookaheadConfig`` fields changed from the default):
     lookahead            the default configuration
     -window              window=0 (no Jacobi window: pool and copy guess only)
     -pool                guesses=0 (no n-gram pool)
-    -copy                copy_length=0 (no suffix-drafted copy guess)
-    +successors          successors=2 (recycled predictions on; off by default)
-    -adaptive            adaptive=False (every step the full shape)
-    copy-only            window=0, guesses=0 (the draft tree alone, as SuffixDecoding drafts)
+    -copy                copy_length=0 (no suffix-drafted copy guess, hence no draft budget)
+    -successors          successors=0 (no recycled predictions)
+    -adaptive            adaptive=False (every step the full shape, whole guesses)
+    copy-only            window=0, guesses=0, successors=0 (the draft tree alone, as
+                         SuffixDecoding drafts, fed as far as the budget says it pays)
     kept-pool            one pool (and its history) kept across the prompts
     +index               the corpus index given with --index (the copy guess drafts from it too)
     suffix               SuffixDecoding's own tree per request, for scale (when installed)
@@ -32,9 +33,9 @@ VARIANTS = {
     "-window": {"window": 0},
     "-pool": {"guesses": 0},
     "-copy": {"copy_length": 0},
-    "+successors": {"successors": 2},
+    "-successors": {"successors": 0},
     "-adaptive": {"adaptive": False},
-    "copy-only": {"window": 0, "guesses": 0},
+    "copy-only": {"window": 0, "guesses": 0, "successors": 0},
 }
 
 EXTRA = {"kept-pool": {"keep_pool": True}, "+index": {"index": "--index"}, "suffix": {"method": "suffix"}}
