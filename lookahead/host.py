@@ -18,7 +18,8 @@ def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
     """The host arrays (any int or bool dtype) on ``device`` as int64 tensors of their shapes,
     in one copy: pinned and non-blocking on CUDA, a view of the host memory on the CPU."""
     device = torch.device(device)
-    flat = np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in arrays])
+    arrays = [np.asarray(a) for a in arrays]
+    flat = np.concatenate([a.reshape(-1) for a in arrays]).astype(np.int64, copy=False)
     moved = torch.from_numpy(flat)
     if device.type == "cuda":
         moved = moved.pin_memory().to(device, non_blocking=True)
@@ -26,9 +27,8 @@ def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
         moved = moved.to(device)
     out, at = [], 0
     for a in arrays:
-        size = int(np.prod(np.shape(a), dtype=np.int64))
-        out.append(moved[at : at + size].view(np.shape(a)))
-        at += size
+        out.append(moved[at : at + a.size].view(a.shape))
+        at += a.size
     return out
 
 

@@ -284,3 +284,29 @@ def step_layout(head_offsets, head_allowed, depths, anchors, attend):
         allowed[n + d, :n] = head_allowed[anchors[d]]
         allowed[n + d, n:] = attend[d]
     return offsets, allowed
+
+
+@njit(cache=True)
+def greedy_path(chain, base, tokens, parents, preds, out):
+    """The walk down a guess trie (see :func:`merge_trie`) when the pick at every node is
+    ``preds[node]``: the nodes it visits, root first, written to ``out`` (room for the chain
+    and every draft node, plus the root); returns how many. A node's child carrying the pick
+    is the chain's next node, else the first draft node with that parent and token, as
+    ``GuessTree.children`` orders them."""
+    width = chain.shape[0]
+    node, n = 0, 0
+    while True:
+        out[n] = node
+        n += 1
+        pick = preds[node]
+        child = -1
+        if node < width and chain[node] == pick:
+            child = node + 1
+        else:
+            for d in range(tokens.shape[0]):
+                if parents[d] == node and tokens[d] == pick:
+                    child = base + d
+                    break
+        if child < 0:
+            return n
+        node = child

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lookahead import kernels
 from lookahead.budget import DraftBudget
 from lookahead.config import LookaheadConfig
 from lookahead.controller import DRAFT, PLAIN
@@ -133,10 +134,25 @@ class Proposer:
         """Walk the tree appending the model's own choices; return the nodes whose entries stay
         (``preds``: the logits' argmax on the host, when already fetched)."""
         self.rule.start(logits, preds)
+        if preds is not None and getattr(self.rule, "picks_are_preds", False):
+            return self._accept_preds(seq, tree, preds)
         path = []
         for node, pick in walk(tree if tree.size or tree.chain.size else None, self.rule, lambda: seq.ids):
             path.append(node)
             seq.append(pick)
+            if seq.done:
+                break
+        return path
+
+    def _accept_preds(self, seq: TokenSequence, tree: GuessTree, preds: list[int]) -> list[int]:
+        """:meth:`accept` where every pick is the node's argmax (greedy, no processors): the
+        path found in one kernel, then appended token by token until the sequence stops."""
+        out = np.empty(1 + tree.chain.shape[0] + tree.size, dtype=np.int64)
+        n = kernels.greedy_path(tree.chain, tree.base, tree.tokens, tree.parents, np.asarray(preds), out)
+        path = []
+        for node in out[:n].tolist():
+            path.append(node)
+            seq.append(self.rule(node, None, None))
             if seq.done:
                 break
         return path

@@ -39,6 +39,12 @@ class GreedyRule:
         self._preds: list[int] | None = None
         self._logits: torch.Tensor | None = None
 
+    @property
+    def picks_are_preds(self) -> bool:
+        """Whether every pick is the node's argmax as fetched (no processors, no rows kept):
+        then the walk needs no call of this rule to find its path."""
+        return not self.keep_rows
+
     def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
         """``logits``: ``[q, V]`` of this step (or ``[1, V]`` of the prefill); ``preds``: their
         argmax, when the caller already fetched it to the host (``lookahead.host``)."""

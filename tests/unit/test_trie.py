@@ -231,3 +231,26 @@ def test_walk_without_a_tree_picks_once():
     rule = ScriptedRule({0: 5})
     assert [(n, p.token) for n, p in walk(None, rule, lambda: "seq")] == [(0, 5)]
     assert rule.calls == [(0, "seq", [])]
+
+
+@given(trie_inputs(), st.data())
+def test_greedy_path_is_the_walk_of_the_argmax(inputs, data):
+    """``kernels.greedy_path`` (the walk when every pick is the node's fetched argmax) visits
+    the nodes ``walk`` visits with a rule that picks those argmaxes; picks are scripted to
+    follow the trie to a drawn node, so paths go deep."""
+    chain, cands, n_cands, base = inputs
+    tree = GuessTree.build(chain, base, cands[:n_cands])
+    edges, _ = reference_trie(chain, cands[:n_cands].tolist(), base)
+    parent_of = {child: (parent, tok) for (parent, tok), child in edges.items()}
+    target = data.draw(st.sampled_from([0] + sorted(parent_of)))
+    q = base + tree.size
+    preds = np.array(data.draw(st.lists(st.integers(0, 4), min_size=q, max_size=q)), dtype=np.int64)
+    node = target
+    while node:
+        parent, tok = parent_of[node]
+        preds[parent] = tok
+        node = parent
+    out = np.empty(1 + len(chain) + tree.size, dtype=np.int64)
+    n = kernels.greedy_path(tree.chain, tree.base, tree.tokens, tree.parents, preds, out)
+    walked = [node for node, _ in walk(tree, ScriptedRule(dict(enumerate(preds.tolist()))), lambda: None)]
+    assert out[:n].tolist() == walked and target in walked
