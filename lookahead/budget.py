@@ -9,7 +9,8 @@ Every source but the Jacobi window proposes candidates:
   recycled successors'.
 
 Each candidate gets a chance of holding when its parent holds, learned online in bins: the
-copy guess's by share (ten bins), each row source's by depth. A bin starts at ``prior``
+copy guess's by share (ten bins) and depth (1, 2-3, 4 and deeper: a copy that has begun
+holds more often), each row source's by depth. A bin starts at ``prior``
 observations of its prior rate (a copy node's ``COPY_PRIOR x share``; a row source's own
 rates for its first token and for the later ones). A row merges into the tree where it
 agrees with it: the shared node keeps the better chance and learns into both bins. The step
@@ -36,7 +37,9 @@ from numba import njit
 from lookahead.costmodel import CostCurve
 from lookahead.suffix_kernels import tree_rows
 
-COPY_BINS = 10
+SHARE_BINS = 10
+COPY_DEPTHS = (1, 3)  # the copy bins' depth groups end at these depths; the last is open
+COPY_BINS = SHARE_BINS * (len(COPY_DEPTHS) + 1)
 COPY_PRIOR = 0.8  # counts from a handful of occurrences promise more than the model keeps
 _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 
@@ -44,12 +47,18 @@ _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 @njit(cache=True)
 def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
     """``out[i]``: P(node i holds | its parent holds), from its share of the parent's
-    occurrences (``probs[i] / probs[parent]``) in one of ``COPY_BINS`` bins (``bins_out[i]``)
-    of ``fed``/``held``, which start at ``prior`` observations of ``scale x share``."""
+    occurrences (``probs[i] / probs[parent]``, one of ``SHARE_BINS``) and its depth (one of
+    the groups ``COPY_DEPTHS`` ends), a bin (``bins_out[i]``) of ``fed``/``held`` that starts
+    at ``prior`` observations of ``scale x share``."""
+    depth = np.empty(count, dtype=np.int64)
     for i in range(count):
         par = parents[i]
+        depth[i] = 1 if par < 0 else depth[par] + 1
+        group = 0
+        while group < len(COPY_DEPTHS) and depth[i] > COPY_DEPTHS[group]:
+            group += 1
         share = probs[i] / probs[par] if par >= 0 else probs[i]
-        b = min(int(share * COPY_BINS), COPY_BINS - 1)
+        b = SHARE_BINS * group + min(int(share * SHARE_BINS), SHARE_BINS - 1)
         bins_out[i] = b
         out[i] = (held[b] + prior * scale * share) / (fed[b] + prior)
 

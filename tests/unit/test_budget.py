@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead import budget
-from lookahead.budget import COPY_BINS, COPY_PRIOR, DraftBudget
+from lookahead.budget import COPY_BINS, COPY_PRIOR, SHARE_BINS, DraftBudget
 from lookahead.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
@@ -169,7 +169,7 @@ def test_bins_learn_what_held():
         plan.plan(chain(3), [])
         plan.learn([99])  # the first node missed
     assert plan.plan(chain(3), [])[0].shape[0] == 0
-    b = min(int(1.0 * COPY_BINS), COPY_BINS - 1)
+    b = SHARE_BINS - 1  # share 1.0, depth 1
     assert plan.fed[b] == 30 and plan.held[b] == 0
     # a half share was never seen: its prior holds
     assert plan.fed[5] == 0
@@ -190,10 +190,15 @@ def test_bins_learn_what_held():
     assert plan.fed[first_key_bin + 1] == 0  # its second token was never reached
 
 
-def test_a_copy_node_starts_from_its_share():
-    """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share``."""
-    toks, parents, probs = chain(2, 0.5)
-    cond, bins = np.empty(2), np.empty(2, dtype=np.int64)
+def test_a_copy_node_starts_from_its_share_in_its_depth_group():
+    """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share``; its bin is
+    its share's within its depth's group (depth 1, 2-3, 4 and deeper)."""
+    toks, parents, probs = chain(5, 0.5)
+    cond, bins = np.empty(5), np.empty(5, dtype=np.int64)
     fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
-    budget.copy_chances(parents, probs, 2, fed, held, 2.0, COPY_PRIOR, bins, cond)
-    assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5] * 2) and bins.tolist() == [5, 5]
+    budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
+    assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5] * 5)
+    assert bins.tolist() == [5, SHARE_BINS + 5, SHARE_BINS + 5, 2 * SHARE_BINS + 5, 2 * SHARE_BINS + 5]
+    fed[SHARE_BINS + 5], held[SHARE_BINS + 5] = 10.0, 10.0  # depths 2-3 at share 0.5 always held
+    budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
+    assert cond[1] == cond[2] == pytest.approx((10 + 2 * COPY_PRIOR * 0.5) / 12) and cond[3] == cond[0]
