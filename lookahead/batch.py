@@ -182,6 +182,11 @@ class BatchDecoder:
         width = max(len(tokens) for _, tokens in plans)
         if self.static is not None:
             width = bucket_for(width, self.static.buckets)
+        if self.adaptive:  # every row is padded to the widest: its draft may fill the room
+            plans = [
+                row.refill(plan, width) if id(row) in active and not self._forced(row) else plan
+                for row, plan in zip(rows, plans)
+            ]
         host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
         layouts = [self._step_mask(row, layout).layout(layout.tree) for row, (layout, _) in zip(rows, plans)]
         layouts = layouts if width > 1 else []

@@ -84,6 +84,20 @@ class Row:
         if shape == PLAIN:
             return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
         window = self.proposer.window if shape == FULL else None
-        tree, tokens, cands, origins = self.proposer.plan(self.seq, window, guess=True)
+        return self._layout(window, *self.proposer.plan(self.seq, window, guess=True))
+
+    def refill(self, plan, width: int):
+        """``plan`` (this step's, from :meth:`plan`) with as many more draft nodes as fit in
+        ``width`` tokens, which the batch's widest row already pays for; ``plan`` itself
+        where there is no draft budget or no room."""
+        layout, tokens = plan
+        if self.proposer.budget is None or len(tokens) >= width or layout.tree is ROOT_ONLY:
+            return plan
+        window = self.proposer.window if layout.windowed else None
+        head = len(tokens) - layout.tree.size
+        return self._layout(window, *self.proposer.refill(self.seq, window, width - head))
+
+    @staticmethod
+    def _layout(window, tree, tokens, cands, origins):
         cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
         return Layout(tree, None, None, None, cands, origins, window is not None), tokens

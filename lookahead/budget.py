@@ -95,10 +95,11 @@ def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bin_a, bi
 
 
 @njit(cache=True)
-def choose(parents, cond, count, costs, overhead, keep):
+def choose(parents, cond, count, costs, overhead, fill, keep):
     """Mark in ``keep`` the nodes to feed: the n of highest path chance (parents before
     children: a child's chance is at most its parent's, and ties keep index order) for the n
-    that maximises ``(1 + sum) / (costs[n] + overhead)``, when that beats 1. ``costs[k - 1]``
+    that maximises ``(1 + sum) / (costs[n] + overhead)``, when that beats 1, or for ``fill``
+    if more (nodes the step feeds for free: a batch's wider rows pay for them). ``costs[k - 1]``
     prices a forward over k tokens, so at most ``len(costs) - 1`` nodes are fed. Returns n."""
     path = np.empty(count)
     for i in range(count):
@@ -111,6 +112,7 @@ def choose(parents, cond, count, costs, overhead, keep):
         value = total / (costs[k + 1] + overhead)
         if value > best:
             best, best_n = value, k + 1
+    best_n = max(best_n, min(fill, count, costs.shape[0] - 1))
     keep[:count] = False
     for k in range(best_n):
         keep[order[k]] = True
@@ -118,16 +120,16 @@ def choose(parents, cond, count, costs, overhead, keep):
 
 
 @njit(cache=True)
-def compact(keep, count, tokens, parents, bin_a, bin_b):
-    """Move the kept nodes to the front in their order, parents renumbered; returns how many."""
+def compact(keep, count, tokens, parents, bin_a, bin_b, out_t, out_p, out_a, out_b):
+    """The kept nodes in their order into ``out_*``, parents renumbered; returns how many."""
     renumber = np.full(count, -1, dtype=np.int64)
     n = 0
     for i in range(count):
         if keep[i]:
             par = parents[i]
             renumber[i] = n
-            tokens[n], parents[n] = tokens[i], renumber[par] if par >= 0 else -1
-            bin_a[n], bin_b[n] = bin_a[i], bin_b[i]
+            out_t[n], out_p[n] = tokens[i], renumber[par] if par >= 0 else -1
+            out_a[n], out_b[n] = bin_a[i], bin_b[i]
             n += 1
     return n
 
@@ -186,7 +188,7 @@ class DraftBudget:
         rates = [np.array([first] + [later] * (depth - 1)) for _, first, later in self.row_sources]
         self.prior_rates = np.concatenate([np.zeros(COPY_BINS), *rates])
         self._names = ("copy",) * COPY_BINS + tuple(name for name in names for _ in range(depth))
-        self._n = 0
+        self._n = self._count = 0
         self._arrays = None
         self._chances = np.empty(bins)
         self._update()
@@ -196,12 +198,16 @@ class DraftBudget:
         chances_of(self.fed, self.held, self.prior, self.prior_rates, self._chances)
 
     def _room(self, cap: int):
-        if self._arrays is None or self._arrays[0].shape[0] < cap:
-            ints = [np.empty(cap, dtype=np.int64) for _ in range(6)]
-            self._arrays = (*ints[:4], np.empty(cap), np.empty(cap, dtype=np.bool_), *ints[4:])
+        """Candidates (tokens, parents, bin_a, bin_b, chance, keep) and the fed nodes (tokens,
+        parents, bin_a, bin_b, depths, leaves), each array of at least ``cap``."""
+        if self._arrays is None or self._arrays[0][0].shape[0] < cap:
+            ints = [np.empty(cap, dtype=np.int64) for _ in range(10)]
+            self._arrays = ((*ints[:4], np.empty(cap), np.empty(cap, dtype=np.bool_)), tuple(ints[4:]))
         return self._arrays
 
-    def plan(self, copy: tuple | None, rows: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, tuple[str, ...]]:
+    def plan(
+        self, copy: tuple | None, rows: list[tuple[int, np.ndarray]], fill: int = 0
+    ) -> tuple[np.ndarray, tuple[str, ...]]:
         """The step's draft as root-to-leaf rows (int64 ``[leaves, depth]``, -1 padded; ``[0, 0]``
         for none) and the source of each row.
 
@@ -209,28 +215,37 @@ class DraftBudget:
             copy: the copy guess's tree ``(tokens, parents, probs)`` (see
                 ``suffix_kernels.grow_tree``), or None.
             rows: ``(row source index, int64 [r, d] rows)`` per source that found any.
+            fill: feed at least this many nodes where there are as many (see :meth:`refill`).
         """
         count = copy[0].shape[0] if copy is not None else 0
-        tokens, parents, bin_a, bin_b, cond, keep, *_ = self._room(count + sum(r.size for _, r in rows))
+        (tokens, parents, bin_a, bin_b, cond, _), _ = self._room(count + sum(r.size for _, r in rows))
         if count:
             copy_chances(copy[1], copy[2], count, self.fed, self.held, self.prior, COPY_PRIOR, bin_a, cond)
             tokens[:count], parents[:count], bin_b[:count] = copy[0], copy[1], -1
         for source, part in rows:
             first = COPY_BINS + source * self.depth
             count = merge_rows(part, first, self._chances, count, tokens, parents, cond, bin_a, bin_b)
-        n = choose(parents, cond, count, self.costs, self.overhead, keep) if count else 0
-        self._n = n = compact(keep, count, tokens, parents, bin_a, bin_b) if n else 0
+        self._count = count
+        return self.refill(fill)
+
+    def refill(self, fill: int) -> tuple[np.ndarray, tuple[str, ...]]:
+        """The last plan's draft chosen again, at least ``fill`` nodes where its candidates
+        have as many: a batch row whose step is padded to a wider row's feeds them for free."""
+        (tokens, parents, bin_a, bin_b, cond, keep), fed = self._room(0)
+        count = self._count
+        n = choose(parents, cond, count, self.costs, self.overhead, fill, keep) if count else 0
+        self._n = n = compact(keep, count, tokens, parents, bin_a, bin_b, *fed[:4]) if n else 0
         if not n:
             return _NO_ROWS, ()
-        depths, leaves = self._arrays[6][:n], self._arrays[7][:n]
-        rows = tree_rows(tokens, parents, n, depths, leaves)
-        return rows, tuple(self._names[b] for b in bin_a[leaves[: rows.shape[0]]].tolist())
+        out_t, out_p, out_a, _, depths, leaves = (a[:n] for a in fed)
+        rows = tree_rows(out_t, out_p, n, depths, leaves)
+        return rows, tuple(self._names[b] for b in out_a[leaves[: rows.shape[0]]].tolist())
 
     def learn(self, appended) -> None:
         """Count the last plan's nodes in their bins with what the step appended (in order)."""
         if not self._n:
             return
-        tokens, parents, bin_a, bin_b = self._arrays[:4]
+        tokens, parents, bin_a, bin_b = self._arrays[1][:4]
         record(tokens, parents, bin_a, bin_b, self._n, np.asarray(appended, dtype=np.int64), self.fed, self.held)
         self._n = 0
         self._update()

@@ -109,9 +109,17 @@ class Proposer:
     def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
         guess rows merged into it (or None) and each row's source."""
+        return self._merged(seq, window, *(self._guesses(seq) if guess else (None, ())))
+
+    def refill(self, seq: TokenSequence, window: JacobiWindow | None, fill: int):
+        """:meth:`plan`'s last budgeted step again with at least ``fill`` draft nodes where the
+        budget had as many candidates (a batch row padded to a wider row feeds them for free)."""
+        cands, origins = self.budget.refill(fill)
+        return self._merged(seq, window, cands if cands.shape[0] else None, origins)
+
+    def _merged(self, seq: TokenSequence, window: JacobiWindow | None, cands, origins):
         chain = window.chain if window is not None else _NO_CHAIN
         head = [seq.tokens[-1]] + (window.tokens.reshape(-1).tolist() if window is not None else [])
-        cands, origins = self._guesses(seq) if guess else (None, ())
         tree = GuessTree.build(chain, len(head), cands)
         return tree, head + tree.tokens.tolist(), cands, origins
 

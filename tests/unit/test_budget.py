@@ -105,12 +105,21 @@ def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token):
     curve = CostCurve.linear(per_token)
     costs = np.array([curve(k) for k in range(1, 8)])  # at most 6 nodes fed
     keep = np.zeros(n, dtype=np.bool_)
-    fed = budget.choose(parents, cond, n, costs, 0.05, keep) if n else 0
+    fed = budget.choose(parents, cond, n, costs, 0.05, 0, keep) if n else 0
     assert fed == keep.sum() <= 6
     assert all(parents[i] < 0 or keep[parents[i]] for i in range(n) if keep[i])
     best, path = reference_choice(parents, cond, costs, 0.05)
     value = (1 + sum(path[i] for i in range(n) if keep[i])) / (costs[fed] + 0.05) if fed else 1.0
     assert value == pytest.approx(best)
+    # asked to fill f nodes (free ones), it feeds at least min(f, candidates, room), still a
+    # tree, and never a node less likely than one it leaves out
+    fill = data.draw(st.integers(0, 8))
+    filled = np.zeros(n, dtype=np.bool_)
+    more = budget.choose(parents, cond, n, costs, 0.05, fill, filled) if n else 0
+    assert more == filled.sum() == max(fed, min(fill, n, 6))
+    assert all(parents[i] < 0 or filled[parents[i]] for i in range(n) if filled[i])
+    if more and more < n:
+        assert min(path[i] for i in range(n) if filled[i]) >= max(path[i] for i in range(n) if not filled[i])
 
 
 @settings(max_examples=200)
@@ -202,3 +211,18 @@ def test_a_copy_node_starts_from_its_share_in_its_depth_group():
     fed[SHARE_BINS + 5], held[SHARE_BINS + 5] = 10.0, 10.0  # depths 2-3 at share 0.5 always held
     budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
     assert cond[1] == cond[2] == pytest.approx((10 + 2 * COPY_PRIOR * 0.5) / 12) and cond[3] == cond[0]
+
+
+def test_refill_feeds_free_room_with_the_likeliest_nodes():
+    """Where every fed token costs a forward the budget feeds nothing; a batch row padded to a
+    wider row's width may fill that room for free: ``refill(n)`` chooses the n likeliest of the
+    same candidates (a tree: the chain's first n, likelier than the row), and what it fed is
+    what is learnt."""
+    plan = DraftBudget(8, CostCurve.linear(1.0), 0.0, POOL, 4)
+    rows = [(1, np.array([[40, 41, -1, -1]], dtype=np.int64))]
+    assert plan.plan(chain(6), rows)[0].shape[0] == 0
+    got, origins = plan.refill(4)
+    assert got.tolist() == [[10, 11, 12, 13]] and origins == ("copy",)
+    plan.learn([10, 11, 99])
+    assert plan.fed[:COPY_BINS].sum() == 3 and plan.held[:COPY_BINS].sum() == 2
+    assert plan.refill(100)[0].size and plan.refill(0)[0].shape[0] == 0  # capped, and back to none
