@@ -18,7 +18,7 @@ from lookahead.mask import attention_groups
 from lookahead.pool import NgramPool
 from lookahead.proposer import Proposer
 from lookahead.sequence import TokenSequence
-from lookahead.static import StaticSteps, bucket_for
+from lookahead.static import StaticSteps
 from lookahead.stats import LookaheadStats
 from lookahead.suffix import SuffixIndex
 from lookahead.tree import GuessTree
@@ -145,11 +145,6 @@ class Decoder:
     def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
         tree, tokens, cands, origins = self.proposer.plan(seq, window, guess)
-        if self.static is not None and guess and self.proposer.budget is not None:
-            # a static step is padded to its bucket: the draft may fill the padding for free
-            room = bucket_for(len(tokens), self.static.buckets) - (len(tokens) - tree.size)
-            if room > tree.size:
-                tree, tokens, cands, origins = self.proposer.refill(seq, window, room)
         if window is None and not tree.size and self._maskless_plain:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
