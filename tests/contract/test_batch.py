@@ -367,3 +367,27 @@ def test_batch_with_recycled_guesses_equals_greedy():
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert stats.source_tokens.get("successors", 0) > 0
+
+
+def test_rows_fill_the_width_the_widest_row_pays_for(monkeypatch):
+    """A batch step is as wide as its widest row; a narrower row's draft budget fills that
+    room with more of its candidates (the forward pays for it anyway), never past it, and the
+    batch stays exact."""
+    from lookahead.batch_rows import Row
+
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 4, [3, 41, 12, 8, 30, 17, 2, 44, 6, 25, 39]])
+    kwargs = dict(attention_mask=mask, max_new_tokens=32, eos_token_id=None, pad_token_id=0)
+    seen = []
+    real = Row.refill
+
+    def refill(self, plan, width):
+        out = real(self, plan, width)
+        seen.append((len(plan[1]), len(out[1]), width))
+        return out
+
+    monkeypatch.setattr(Row, "refill", refill)
+    got = lookahead.generate(model, ids, lookahead_costs=CostCurve.linear(0.05), **kwargs)
+    assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    assert all(after <= width and after >= before for before, after, width in seen)
+    assert any(after > before for before, after, _ in seen), seen
