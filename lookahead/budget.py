@@ -10,7 +10,8 @@ Every source but the Jacobi window proposes candidates:
 
 Each candidate gets a chance of holding when its parent holds, learned online in bins: the
 copy guess's by share (ten bins) and depth (1, 2-3, 4 and deeper: a copy that has begun
-holds more often), each row source's by depth. A bin starts at ``prior``
+holds more often; a depth group starts from what its share learnt over every depth, so that
+where nothing holds every group learns it at once), each row source's by depth. A bin starts at ``prior``
 observations of its prior rate (a copy node's ``COPY_PRIOR x share``; a row source's own
 rates for its first token and for the later ones). A row merges into the tree where it
 agrees with it: the shared node keeps the better chance and learns into both bins. The step
@@ -39,7 +40,8 @@ from lookahead.suffix_kernels import tree_rows
 
 SHARE_BINS = 10
 COPY_DEPTHS = (1, 3)  # the copy bins' depth groups end at these depths; the last is open
-COPY_BINS = SHARE_BINS * (len(COPY_DEPTHS) + 1)
+COPY_DEPTH_BINS = SHARE_BINS * (len(COPY_DEPTHS) + 1)  # by depth group and share
+COPY_BINS = COPY_DEPTH_BINS + SHARE_BINS  # then by share alone, over every depth
 COPY_PRIOR = 0.8  # counts from a handful of occurrences promise more than the model keeps
 _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 
@@ -48,8 +50,10 @@ _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
     """``out[i]``: P(node i holds | its parent holds), from its share of the parent's
     occurrences (``probs[i] / probs[parent]``, one of ``SHARE_BINS``) and its depth (one of
-    the groups ``COPY_DEPTHS`` ends), a bin (``bins_out[i]``) of ``fed``/``held`` that starts
-    at ``prior`` observations of ``scale x share``."""
+    the groups ``COPY_DEPTHS`` ends): that bin's counts (``bins_out[i]``) after ``prior``
+    observations of the share's bin over every depth, which itself starts at ``prior``
+    observations of ``scale x share`` (so a depth group learns from the others until it has
+    counts of its own)."""
     depth = np.empty(count, dtype=np.int64)
     for i in range(count):
         par = parents[i]
@@ -58,9 +62,11 @@ def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
         while group < len(COPY_DEPTHS) and depth[i] > COPY_DEPTHS[group]:
             group += 1
         share = probs[i] / probs[par] if par >= 0 else probs[i]
-        b = SHARE_BINS * group + min(int(share * SHARE_BINS), SHARE_BINS - 1)
+        s = min(int(share * SHARE_BINS), SHARE_BINS - 1)
+        b, pooled = SHARE_BINS * group + s, COPY_DEPTH_BINS + s
         bins_out[i] = b
-        out[i] = (held[b] + prior * scale * share) / (fed[b] + prior)
+        shared = (held[pooled] + prior * scale * share) / (fed[pooled] + prior)
+        out[i] = (held[b] + prior * shared) / (fed[b] + prior)
 
 
 @njit(cache=True)
@@ -145,7 +151,8 @@ def chances_of(fed, held, prior, prior_rates, out):
 @njit(cache=True)
 def record(tokens, parents, bin_a, bin_b, count, appended, fed, held):
     """Each node whose parent held (the root always does) counts as fed in its bins, and as
-    held where its path is a prefix of ``appended`` (the tokens the step appended)."""
+    held where its path is a prefix of ``appended`` (the tokens the step appended); a copy
+    node's depth bin counts in its share's bin over every depth too."""
     ok = np.zeros(count, dtype=np.bool_)
     depth = np.empty(count, dtype=np.int64)
     for i in range(count):
@@ -154,7 +161,7 @@ def record(tokens, parents, bin_a, bin_b, count, appended, fed, held):
         if par >= 0 and not ok[par]:
             continue
         ok[i] = depth[i] <= appended.shape[0] and appended[depth[i] - 1] == tokens[i]
-        for b in (bin_a[i], bin_b[i]):
+        for b in (bin_a[i], bin_b[i], COPY_DEPTH_BINS + bin_a[i] % SHARE_BINS if bin_a[i] < COPY_DEPTH_BINS else -1):
             if b >= 0:
                 fed[b] += 1.0
                 held[b] += 1.0 if ok[i] else 0.0

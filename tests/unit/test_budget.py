@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead import budget
-from lookahead.budget import COPY_BINS, COPY_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.budget import COPY_BINS, COPY_DEPTH_BINS, COPY_PRIOR, SHARE_BINS, DraftBudget
 from lookahead.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
@@ -179,7 +179,8 @@ def test_bins_learn_what_held():
         plan.learn([99])  # the first node missed
     assert plan.plan(chain(3), [])[0].shape[0] == 0
     b = SHARE_BINS - 1  # share 1.0, depth 1
-    assert plan.fed[b] == 30 and plan.held[b] == 0
+    assert 1 <= plan.fed[b] < 30 and plan.held[b] == 0  # it stopped being fed
+    assert plan.fed[COPY_DEPTH_BINS + b] == plan.fed[b]  # counted in its share's bin over every depth too
     # a half share was never seen: its prior holds
     assert plan.fed[5] == 0
     rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
@@ -201,7 +202,8 @@ def test_bins_learn_what_held():
 
 def test_a_copy_node_starts_from_its_share_in_its_depth_group():
     """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share``; its bin is
-    its share's within its depth's group (depth 1, 2-3, 4 and deeper)."""
+    its share's within its depth's group (depth 1, 2-3, 4 and deeper), which starts from what
+    that share's bin over every depth has learnt."""
     toks, parents, probs = chain(5, 0.5)
     cond, bins = np.empty(5), np.empty(5, dtype=np.int64)
     fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
@@ -209,8 +211,11 @@ def test_a_copy_node_starts_from_its_share_in_its_depth_group():
     assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5] * 5)
     assert bins.tolist() == [5, SHARE_BINS + 5, SHARE_BINS + 5, 2 * SHARE_BINS + 5, 2 * SHARE_BINS + 5]
     fed[SHARE_BINS + 5], held[SHARE_BINS + 5] = 10.0, 10.0  # depths 2-3 at share 0.5 always held
+    fed[COPY_DEPTH_BINS + 5], held[COPY_DEPTH_BINS + 5] = 10.0, 10.0  # and so over every depth
     budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
-    assert cond[1] == cond[2] == pytest.approx((10 + 2 * COPY_PRIOR * 0.5) / 12) and cond[3] == cond[0]
+    shared = (10 + 2 * COPY_PRIOR * 0.5) / 12
+    assert cond[1] == cond[2] == pytest.approx((10 + 2 * shared) / 12)
+    assert cond[0] == cond[3] == pytest.approx(shared)  # unseen depth groups start from the shared bin
 
 
 def test_refill_feeds_free_room_with_the_likeliest_nodes():
@@ -224,5 +229,5 @@ def test_refill_feeds_free_room_with_the_likeliest_nodes():
     got, origins = plan.refill(4)
     assert got.tolist() == [[10, 11, 12, 13]] and origins == ("copy",)
     plan.learn([10, 11, 99])
-    assert plan.fed[:COPY_BINS].sum() == 3 and plan.held[:COPY_BINS].sum() == 2
+    assert plan.fed[:COPY_DEPTH_BINS].sum() == 3 and plan.held[:COPY_DEPTH_BINS].sum() == 2
     assert plan.refill(100)[0].size and plan.refill(0)[0].shape[0] == 0  # capped, and back to none
