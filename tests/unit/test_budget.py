@@ -126,18 +126,22 @@ def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token):
 @given(tree=trees(), appended=st.lists(tokens, min_size=1, max_size=6))
 def test_record_counts_nodes_whose_parent_held(tree, appended):
     """A node counts as fed where its parent held (or it hangs off the root), and as held
-    where its path is a prefix of what the step appended; in each of its bins."""
+    where its path is a prefix of what the step appended; in each of its bins, a copy depth
+    bin's share over every depth too."""
     toks, parents = tree
     n = len(toks)
-    bin_a = np.arange(n, dtype=np.int64) % 3
-    bin_b = np.where(np.arange(n) % 2 == 0, 3, -1).astype(np.int64)
-    fed, held = np.zeros(4), np.zeros(4)
+    size = COPY_BINS + 3
+    kinds = np.array([3, SHARE_BINS + 7, COPY_BINS, COPY_BINS + 1], dtype=np.int64)  # two copy bins, two row bins
+    bin_a = kinds[np.arange(n) % 4]
+    bin_b = np.where(np.arange(n) % 2 == 0, COPY_BINS + 2, -1).astype(np.int64)
+    fed, held = np.zeros(size), np.zeros(size)
     budget.record(toks, parents, bin_a, bin_b, n, np.array(appended, dtype=np.int64), fed, held)
-    want_fed, want_held = np.zeros(4), np.zeros(4)
+    want_fed, want_held = np.zeros(size), np.zeros(size)
     for path, node in paths(toks, parents).items():
         if tuple(appended[: len(path) - 1]) != path[:-1]:
             continue  # its parent did not hold
-        for b in (bin_a[node], bin_b[node]):
+        shared = COPY_DEPTH_BINS + bin_a[node] % SHARE_BINS if bin_a[node] < COPY_DEPTH_BINS else -1
+        for b in (bin_a[node], bin_b[node], shared):
             if b >= 0:
                 want_fed[b] += 1
                 want_held[b] += tuple(appended[: len(path)]) == path
