@@ -10,10 +10,10 @@ Every source but the Jacobi window proposes candidates:
 
 Each candidate gets a chance of holding when its parent holds, learned online in bins: the
 copy guess's by share (ten bins) and depth (1, 2-3, 4 and deeper: a copy that has begun
-holds more often; a depth group starts from what its share learnt over every depth, so that
-where nothing holds every group learns it at once), each row source's by depth. A bin starts at ``prior``
-observations of its prior rate (a copy node's ``COPY_PRIOR x share``; a row source's own
-rates for its first token and for the later ones). A row merges into the tree where it
+holds more often), each row source's by depth. A bin starts at ``prior`` observations of its
+prior rate: a row source's own rates for its first token and for the later ones; for a copy
+depth group, what its share learnt over every depth (so that where nothing holds every group
+learns it at once), which starts from ``COPY_PRIOR x share``. A row merges into the tree where it
 agrees with it: the shared node keeps the better chance and learns into both bins. The step
 feeds the nodes of highest path chance (the chances multiplied along the path), as many as
 maximise ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain
