@@ -128,6 +128,8 @@ class BatchDecoder:
             successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
         real_mask = self.past_keep.cpu().numpy()
         rows = input_ids.shape[0]
+        # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
+        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows, draft=cfg.uses_copy)
         for r in range(rows):
             criteria = self.stopping_criteria
             if fast_check(criteria) is None:
@@ -152,17 +154,15 @@ class BatchDecoder:
             self.rows.append(row)
             self._check_stop(row)
         self.live = list(self.rows)
-        # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
-        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows, draft=self.config.uses_copy)
         self._retire()
 
     def _draft_costs(self) -> tuple[CostCurve | None, float]:
-        """What each row's copy guess weighs its draft against: the batch's curve (proportional
-        when none was measured) and one row's planning work, or none under a fixed shape."""
-        if not self.adaptive:
+        """What each row's draft budget weighs its nodes against: the controller's curve and
+        one row's planning work (the controller's overhead is the whole batch's), or none
+        under a fixed shape."""
+        if not self.controller.adaptive:
             return None, 0.0
-        costs = self.costs if self.costs is not None else CostCurve.linear()
-        return costs, costs.seconds_in_units(GUESS_OVERHEAD_S)
+        return self.controller.costs, self.controller.costs.seconds_in_units(GUESS_OVERHEAD_S)
 
     @property
     def done(self) -> bool:
@@ -188,8 +188,11 @@ class BatchDecoder:
                 for row, plan in zip(rows, plans)
             ]
         host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
-        layouts = [self._step_mask(row, layout).layout(layout.tree) for row, (layout, _) in zip(rows, plans)]
-        layouts = layouts if width > 1 else []
+        layouts = (
+            [self._step_mask(row, layout).layout(layout.tree) for row, (layout, _) in zip(rows, plans)]
+            if width > 1
+            else []
+        )
         ids, *parts = upload(self.position.device, host_ids, *(a for lay in layouts for a in lay))  # one copy
         offsets, allowed = self._shapes(rows, plans, width, parts)
         mask = batch_masks(

@@ -45,9 +45,8 @@ class StepMask:
         self.groups = groups
         self.dtype = dtype
         self.device = device
-        self.blocked = torch.finfo(dtype).min
         self._attend = torch.zeros((), dtype=dtype, device=device)
-        self._blocked = torch.full((), self.blocked, dtype=dtype, device=device)
+        self._blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
 
     def layout(self, tree: GuessTree) -> tuple[np.ndarray, np.ndarray]:
         """The step's offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``), on

@@ -108,14 +108,13 @@ class Proposer:
 
     def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the
-        guess rows merged into it (or None) and each row's source."""
+        guess rows merged into it (None or empty where there are none) and each row's source."""
         return self._merged(seq, window, *(self._guesses(seq) if guess else (None, ())))
 
     def refill(self, seq: TokenSequence, window: JacobiWindow | None, fill: int):
         """:meth:`plan`'s last budgeted step again with at least ``fill`` draft nodes where the
         budget had as many candidates (a batch row padded to a wider row feeds them for free)."""
-        cands, origins = self.budget.refill(fill)
-        return self._merged(seq, window, cands if cands.shape[0] else None, origins)
+        return self._merged(seq, window, *self.budget.refill(fill))
 
     def _merged(self, seq: TokenSequence, window: JacobiWindow | None, cands, origins):
         chain = window.chain if window is not None else _NO_CHAIN
@@ -180,8 +179,7 @@ class Proposer:
             parts.append(("successors", self.successors.guesses(seq.tokens[-1])))
         if self.budget is not None:
             rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
-            cands, origins = self.budget.plan(self.drafter.tree(seq.array()), rows)
-            return (cands if cands.shape[0] else None), origins
+            return self.budget.plan(self.drafter.tree(seq.array()), rows)
         if self.drafter is not None:
             parts.insert(0, ("copy", self.drafter.propose(seq.array())))
         parts = [(name, rows) for name, rows in parts if rows.size]
