@@ -4,7 +4,8 @@ Every read of a device tensor on the host (``.cpu()``, ``.tolist()``, ``.item()`
 the device to finish, and so does a copy from pageable host memory to the device. A step needs
 from its logits the argmax of every fed row (greedy verification and the window's next level
 read it) and, with a successor table, the top-k of every fed row: computed on the device and
-copied to the host together (``fetch``). Its inputs (token ids, the tree's depths, anchors and
+copied to the host together (``fetch``), or read in place by numpy when the logits are
+already on the host. Its inputs (token ids, the tree's depths, anchors and
 ancestry) go up together too, from pinned memory without waiting (``upload``).
 """
 
@@ -34,18 +35,49 @@ def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
 
 def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(argmax, top-k or None)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
-    tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it) and,
-    for ``k > 0``, the k best ids long ``[..., k]``, best first. One transfer (two where the
-    top logit ties), and with ``k > 0`` one top-k pass over the vocabulary, not two."""
+    tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it; the
+    first NaN where a row has one) and, for ``k > 0``, the k best ids long ``[..., k]``, best
+    first. On a device: one transfer (two where the top logit ties) and one top-k pass over
+    the vocabulary. On the CPU numpy reads the logits in place (its argmax is a vector loop,
+    several times faster there than torch's argmax or top-k over one step's rows)."""
+    return _fetch_host(logits, k) if logits.device.type == "cpu" else _fetch_device(logits, k)
+
+
+def _fetch_device(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``fetch`` for logits on an accelerator: the work there, one copy back."""
     if not k:
         return logits.argmax(-1).cpu(), None
-    # the top-k's first is the argmax unless the best two tie: then argmax's first maximum
-    # may be the other one, read in a second transfer (rare: exact ties of the top logit)
+    # the top-k's first is the argmax unless the best two tie (or are NaN): then argmax's
+    # first maximum may be another id, read in a second transfer (rare: exact ties)
     values, top = logits.topk(max(k, 2), dim=-1)
-    tied = (values[..., 0] == values[..., 1]).long()
+    tied = ((values[..., 0] == values[..., 1]) | values[..., 0].isnan()).long()
     host = torch.cat([top, tied[..., None]], dim=-1).cpu()
     preds = host[..., 0] if not host[..., -1].any() else logits.argmax(-1).cpu()
     return preds, host[..., :k]
+
+
+def _fetch_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``fetch`` for CPU logits: k argmax passes over the rows, each after hiding the ids
+    already taken (written over in place and put back: a copy of the rows costs more)."""
+    rows = logits.detach().reshape(-1, logits.shape[-1])
+    if rows.dtype != torch.float32:
+        rows = rows.float()  # numpy has no bfloat16; float32 holds every half value exactly
+    values = rows.numpy()
+    preds = values.argmax(-1)  # numpy's first maximum, or first NaN: torch.argmax's choice
+    shape = logits.shape[:-1]
+    if not k:
+        return torch.from_numpy(preds).view(shape), None
+    top = np.empty((values.shape[0], k), dtype=np.int64)
+    top[:, 0] = preds
+    every = np.arange(values.shape[0])
+    hidden = np.empty((k - 1, values.shape[0]), dtype=values.dtype)
+    for i in range(1, k):
+        hidden[i - 1] = values[every, top[:, i - 1]]
+        values[every, top[:, i - 1]] = -np.inf
+        top[:, i] = values.argmax(-1)
+    for i in reversed(range(1, k)):
+        values[every, top[:, i - 1]] = hidden[i - 1]
+    return torch.from_numpy(preds).view(shape), torch.from_numpy(top).view(*shape, k)
 
 
 def wait(logits: torch.Tensor) -> torch.Tensor:

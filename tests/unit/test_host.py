@@ -160,19 +160,28 @@ def test_wait_synchronises_the_logits_cuda_device_only(monkeypatch):
     k=st.integers(0, 3),
     levels=st.integers(1, 3),
     seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    nan=st.booleans(),
+    path=st.sampled_from([host._fetch_host, host._fetch_device]),
 )
-def test_fetch_is_argmax_and_topk_even_where_the_top_logits_tie(rows, vocab, k, levels, seed):
-    """``fetch`` reads the argmax from its top-k where the best logit is unique, and takes
-    ``argmax`` itself (the first maximum, as ``generate`` does) where it ties; its top-k are
-    the k best ids, best first. Few distinct values make ties common."""
+def test_fetch_is_argmax_and_topk_even_where_the_top_logits_tie(rows, vocab, k, levels, seed, dtype, nan, path):
+    """Both ways of ``fetch`` (numpy in place on the CPU, top-k and a transfer on a device)
+    give ``argmax`` itself: the first maximum where the best logits tie, as ``generate``
+    takes it, and the first NaN where a row has one; their top-k are the k best ids, best
+    first; the logits are left as they were. Few distinct values make ties common."""
     gen = torch.Generator().manual_seed(seed)
-    logits = torch.randint(0, levels, (rows, vocab), generator=gen).float()
+    logits = torch.randint(0, levels, (rows, vocab), generator=gen).to(dtype)
+    if nan:
+        logits[0, torch.randint(0, vocab, (2,), generator=gen)] = float("nan")
+    before = logits.clone()
     k = min(k, vocab)
-    preds, top = host.fetch(logits, k)
+    preds, top = path(logits, k)
+    assert torch.equal(logits.isnan(), before.isnan()) and torch.equal(logits.nan_to_num(), before.nan_to_num())
     assert preds.tolist() == logits.argmax(-1).tolist()
     if not k:
         assert top is None
         return
     assert top.shape == (rows, k)
-    best = logits.topk(k, dim=-1).values
-    assert torch.equal(logits.gather(-1, top), best)
+    clean = slice(1, None) if nan else slice(None)  # the order of NaNs among the top-k is no contract
+    best = logits[clean].topk(k, dim=-1).values
+    assert torch.equal(logits[clean].gather(-1, top[clean]), best)
