@@ -5,6 +5,7 @@ what it returns, token for token, in fewer forward passes.
 """
 
 from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
+from lookahead.attention import register_attention
 from lookahead.config import LookaheadConfig
 from lookahead.costmodel import CostCurve
 from lookahead.default_model import default_model_path, load_default_model
@@ -27,5 +28,6 @@ __all__ = [
     "export_custom_generate",
     "generate",
     "load_default_model",
+    "register_attention",
 ]
 __version__ = "0.1.0"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
+from lookahead import attention
+
 # Families whose attention was checked (by the property tests) to honour a custom additive
 # 4D mask with explicit positions under both eager and sdpa (gemma2: eager only).
 VERIFIED_FAMILIES = {
@@ -18,7 +20,9 @@ VERIFIED_FAMILIES = {
     "phi": ("eager", "sdpa"),
     "phi3": ("eager", "sdpa"),
 }
-MASKABLE_BACKENDS = ("eager", "sdpa")
+MASKABLE_BACKENDS = ("eager", "sdpa", attention.NAME)
+# lookahead's own backend is sdpa (the same kernel under the same mask), verified where sdpa is
+_VERIFIED_AS = {attention.NAME: "sdpa"}
 
 
 class Unsupported(NotImplementedError):
@@ -40,7 +44,7 @@ def check_model(model) -> None:
             f"attention backend {backend!r} takes no custom 4D mask; load the model with "
             f"attn_implementation in {MASKABLE_BACKENDS}"
         )
-    if backend not in VERIFIED_FAMILIES.get(config.model_type, ()):
+    if _VERIFIED_AS.get(backend, backend) not in VERIFIED_FAMILIES.get(config.model_type, ()):
         probe(model)
 
 

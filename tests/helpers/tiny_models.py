@@ -7,6 +7,9 @@ from functools import cache
 import torch
 import transformers as tf
 
+from lookahead.attention import NAME as ATTENTION
+from lookahead.attention import register_attention
+
 VOCAB = 48
 COMMON = dict(
     vocab_size=VOCAB,
@@ -47,13 +50,21 @@ CONFIGS = {
 }
 FAMILIES = tuple(CONFIGS)
 # gemma2's sdpa path is not verified (see lookahead.support); it is tested under eager only.
-BACKENDS = {name: ("eager",) if name == "gemma2" else ("eager", "sdpa") for name in FAMILIES}
+# lookahead's own backend (sdpa without repeat_kv on masked GQA steps) on a few GQA families,
+# one with sliding layers and one with per-head norms
+GQA_FAMILIES = ("llama", "mistral", "qwen3")
+BACKENDS = {
+    name: ("eager",) if name == "gemma2" else ("eager", "sdpa") + ((ATTENTION,) if name in GQA_FAMILIES else ())
+    for name in FAMILIES
+}
 CASES = tuple((name, backend) for name in FAMILIES for backend in BACKENDS[name])
 
 
 @cache
 def tiny_model(family: str, backend: str = "sdpa", seed: int = 0):
     """A fp32 eval-mode model of ``family`` with random weights drawn from ``seed``."""
+    if backend == ATTENTION:
+        register_attention()
     config = CONFIGS[family]()
     config._attn_implementation = backend
     torch.manual_seed(seed)
