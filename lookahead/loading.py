@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from lookahead import attention
+
 DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -109,6 +111,8 @@ def _load_pretrained(
         kwargs["dtype"] = torch_dtype
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    if attn_implementation == attention.NAME:  # asked for by name (--attn): registered on request
+        attention.register_attention()
     lm = AutoModelForCausalLM.from_pretrained(path, **kwargs, **(extra or {}))  # first: a missing model says so
     tokenizer = _load_tokenizer(path, common, need_tokenizer)
     return (lm.to(device) if device is not None else lm), tokenizer

@@ -36,7 +36,12 @@ def model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | auto (default: %(default)s)")
     g.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default: %(default)s)")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    g.add_argument("--attn", default=None, help="attn_implementation to load the model with, e.g. sdpa, eager")
+    g.add_argument(
+        "--attn",
+        default=None,
+        help="attn_implementation to load the model with, e.g. sdpa, eager, lookahead_sdpa "
+        "(sdpa without repeat_kv on masked GQA steps)",
+    )
     g.add_argument(
         "--allow-download", action="store_true", help="let --model fetch from the hub (default: local files only)"
     )

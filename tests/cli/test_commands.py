@@ -126,6 +126,14 @@ def test_check_passes_on_a_tiny_model(tiny_dir, capsys):
     assert "ok: 6 examples (float32" in out and "MISMATCH" not in out
 
 
+def test_check_loads_the_gqa_backend_by_name(tiny_dir, capsys):
+    """``--attn lookahead_sdpa`` registers the opt-in backend before loading (transformers
+    refuses an unknown name) and the model's lookahead decoding stays exact under it."""
+    argv = ["check", "--model", str(tiny_dir), "--attn", "lookahead_sdpa", "--examples", "4", "--max-new-tokens", "12"]
+    assert cli.main(argv) == 0
+    assert "ok: 4 examples (float32" in capsys.readouterr().out
+
+
 BUMPED = 7
 
 
