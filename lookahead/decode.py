@@ -9,11 +9,12 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
+from lookahead import kernels
 from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
 from lookahead.controller import DRAFT, FULL, PLAIN, ShapeController
 from lookahead.costmodel import CostCurve
-from lookahead.host import fetch, upload, wait
+from lookahead.host import fetch, upload, views, wait
 from lookahead.mask import attention_groups
 from lookahead.pool import NgramPool
 from lookahead.proposer import Proposer
@@ -26,6 +27,7 @@ from lookahead.verify import walk
 from lookahead.window import JacobiWindow
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
+_BLOCKED = float(np.finfo(np.float32).min)  # torch.finfo(torch.float32).min: what StepMask blocks with
 ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
 
 
@@ -91,9 +93,11 @@ class Decoder:
             check_cache(self.cache)  # the layers a lazily built cache made in the prefill
             prepare_cache(self.cache)
         real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
-        # which cache entries are real tokens: a buffer of ones after the prompt's, grown by doubling
-        self._keep = torch.ones(2 * real.shape[0] + 64, dtype=torch.bool, device=real.device)
-        self._keep[: real.shape[0]] = real
+        # which cache entries are real tokens: a buffer of ones after the prompt's, grown by
+        # doubling; on the CPU one memory that numpy and torch both view
+        self._keep_host = np.ones(2 * real.shape[0] + 64, dtype=bool)
+        self._keep_host[: real.shape[0]] = real.cpu().numpy()
+        self._keep = self._device_keep(real.device)
         self._kept = real.shape[0]
         prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
         rule = self.proposer.rule
@@ -107,6 +111,9 @@ class Decoder:
         # a lone root over an unpadded cache with full attention needs no mask of ours: the
         # model's own causal mask is the same, and building ours costs more than plain decoding
         self._maskless_plain = bool(real.all()) and all(w is None for w in windows.values()) and self.static is None
+        # CPU, float32, full attention: the whole step (ids, offsets, mask) is made on the
+        # host in one kernel and handed to the model as views, without a torch op
+        self._host_masks = host_masks(windows, self.static, seq.ids.device, self.model.dtype)
         # masks, offsets and ids live where the inputs do (the first device under a device_map)
         self._zero_offset = torch.zeros(1, dtype=torch.long, device=seq.ids.device)  # a plain step's offsets
         self.proposer.seed(prompt, windows, logits.shape[-1], seq.ids.device)
@@ -137,10 +144,15 @@ class Decoder:
         else:
             commit(self.cache, past_len, step.ids.shape[1], path)
         self._kept += accepted
-        if self._kept > self._keep.shape[0]:
-            self._keep = torch.cat([self._keep, self._keep.new_ones(self._keep.shape[0])])
+        if self._kept > self._keep_host.shape[0]:
+            self._keep_host = np.concatenate([self._keep_host, np.ones_like(self._keep_host)])
+            self._keep = self._device_keep(self._keep.device)
         self.position += accepted
         proposer.learn(seq, preds, window is not None, accepted, last)
+
+    def _device_keep(self, device) -> torch.Tensor:
+        keep = torch.from_numpy(self._keep_host)
+        return keep if device.type == "cpu" else keep.to(device)
 
     def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
@@ -155,6 +167,12 @@ class Decoder:
         }
         step_mask = self.proposer.step_mask if window is not None else self.proposer.lean_mask
         host = np.asarray(tokens, dtype=np.int64)
+        if self._host_masks:
+            offsets, allowed = step_mask.layout(tree)
+            mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
+            kernels.additive_mask(self._keep_host[:past_len], allowed, _BLOCKED, mask)
+            ids, offsets, mask = views(host, offsets, mask)
+            return Layout(tree, ids[None], offsets, mask[None, None], cands, origins, window is not None, host)
         ids, *parts = upload(step_mask.device, host, *step_mask.layout(tree))  # one copy
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len], parts)
         return Layout(tree, ids[None], offsets, mask, cands, origins, window is not None, host)
@@ -166,6 +184,14 @@ class Decoder:
         fed = step.ids.shape[1]
         self.proposer.count(shape, step, fed, appended)
         self.controller.record(shape, len(appended), fed)
+
+
+def host_masks(windows: dict, static: StaticSteps | None, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a single row's steps are made whole on the host (ids, offsets and a float32
+    mask, handed over as views): on the CPU, in float32, with every layer attending the
+    whole past on a DynamicCache. Elsewhere the mask is built where the model runs."""
+    full = list(windows) == [None] and windows[None] is None
+    return full and static is None and device.type == "cpu" and dtype == torch.float32
 
 
 class Layout(NamedTuple):

@@ -33,6 +33,12 @@ def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
     return out
 
 
+def views(*arrays: np.ndarray) -> list[torch.Tensor]:
+    """The host arrays as CPU tensors over the same memory: what :func:`upload` is for a step
+    that runs on the CPU and built its inputs (its mask too) on the host."""
+    return [torch.from_numpy(a) for a in arrays]
+
+
 def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(argmax, top-k or None)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
     tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it; the

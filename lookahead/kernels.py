@@ -287,6 +287,19 @@ def step_layout(head_offsets, head_allowed, depths, anchors, attend):
 
 
 @njit(cache=True)
+def additive_mask(past_keep, allowed, blocked, out):
+    """A step's additive mask on the host, ``out`` (float ``[q, p + q]``): row i is 0 where
+    it may attend (a kept past entry, ``past_keep`` bool ``[p]``, or a step token it is
+    ``allowed`` to see, bool ``[q, q]``) and ``blocked`` elsewhere."""
+    p, q = past_keep.shape[0], allowed.shape[0]
+    for i in range(q):
+        for j in range(p):
+            out[i, j] = 0.0 if past_keep[j] else blocked
+        for j in range(q):
+            out[i, p + j] = 0.0 if allowed[i, j] else blocked
+
+
+@njit(cache=True)
 def greedy_path(chain, base, tokens, parents, preds, out):
     """The walk down a guess trie (see :func:`merge_trie`) when the pick at every node is
     ``preds[node]``: the nodes it visits, root first, written to ``out`` (room for the chain

@@ -157,9 +157,13 @@ class Proposer:
         out = np.empty(1 + tree.chain.shape[0] + tree.size, dtype=np.int64)
         n = kernels.greedy_path(tree.chain, tree.base, tree.tokens, tree.parents, np.asarray(preds), out)
         path = []
+        bare = seq.bare  # then a token is all the sequence needs: no Pick, no logits row
         for node in out[:n].tolist():
             path.append(node)
-            seq.append(self.rule(node, None, None))
+            if bare:
+                seq.append_token(preds[node])
+            else:
+                seq.append(self.rule(node, None, None))
             if seq.done:
                 break
         return path

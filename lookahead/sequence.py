@@ -16,16 +16,22 @@ class TokenSequence:
     """The growing token sequence of one generation, and what it reports on the way.
 
     ``ids`` is a ``[1, len]`` view of a buffer grown by doubling, so appending a token costs
-    no concatenation of the whole sequence.
+    no concatenation of the whole sequence. On the CPU (int64 ids) that buffer is the numpy
+    array ``array()`` views too: an appended token is one numpy store, no torch op.
     """
 
     def __init__(self, input_ids, stopping_criteria, streamer, stats, keep_scores, keep_logits):
         self.tokens = input_ids[0].tolist()
-        self._ids = input_ids.new_empty((1, 2 * len(self.tokens) + 64))
-        self._ids[:, : len(self.tokens)] = input_ids
-        self._buffer = np.empty(2 * len(self.tokens) + 64, dtype=np.int64)
+        size = 2 * len(self.tokens) + 64
+        self._shared = input_ids.device.type == "cpu" and input_ids.dtype == torch.int64
+        self._buffer = np.empty(size, dtype=np.int64)
         self._buffer[: len(self.tokens)] = self.tokens
         self._filled = len(self.tokens)
+        if self._shared:
+            self._ids = torch.from_numpy(self._buffer)[None]
+        else:
+            self._ids = input_ids.new_empty((1, size))
+            self._ids[:, : len(self.tokens)] = input_ids
         self.stopping_criteria = stopping_criteria
         self._fast_stop = fast_check(stopping_criteria)
         self.streamer = streamer
@@ -45,26 +51,26 @@ class TokenSequence:
         """The sequence so far, long ``[1, len]`` (a view: valid until the next append)."""
         return self._ids[:, : len(self.tokens)]
 
+    @property
+    def bare(self) -> bool:
+        """Whether a token may be appended alone (:meth:`append_token`): no scores or logits
+        kept, and stops decided from lengths and token ids."""
+        return self.scores is None and self.logits is None and self._fast_stop is not None
+
     def array(self) -> np.ndarray:
         """The tokens so far as int64 ``[len]`` (a view: valid until the next append)."""
         n = len(self.tokens)
-        if self._buffer.shape[0] < n:
-            grown = np.empty(2 * n, dtype=np.int64)
-            grown[: self._filled] = self._buffer[: self._filled]
-            self._buffer = grown
-        self._buffer[self._filled : n] = self.tokens[self._filled : n]
-        self._filled = n
+        if not self._shared:
+            if self._buffer.shape[0] < n:
+                grown = np.empty(2 * n, dtype=np.int64)
+                grown[: self._filled] = self._buffer[: self._filled]
+                self._buffer = grown
+            self._buffer[self._filled : n] = self.tokens[self._filled : n]
+            self._filled = n
         return self._buffer[:n]
 
     def append(self, pick) -> None:
-        n = len(self.tokens)
-        if self._ids.shape[1] == n:
-            grown = self._ids.new_empty((1, 2 * n))
-            grown[:, :n] = self._ids
-            self._ids = grown
-        self._ids[0, n] = pick.token
-        self.tokens.append(pick.token)
-        self.stats.new_tokens += 1
+        self._store(pick.token)
         if self.scores is not None:
             self.scores.append(pick.scores)
         if self.logits is not None:
@@ -72,7 +78,36 @@ class TokenSequence:
         if self.streamer is not None:
             self.streamer.put(torch.tensor([pick.token]))
         if self._fast_stop is not None:
-            self.done = self._fast_stop(n + 1, pick.token)
+            self.done = self._fast_stop(len(self.tokens), pick.token)
         else:
             scores = pick.scores if pick.scores is not None else pick.logits
             self.done = bool(self.stopping_criteria(self.ids, scores).any())
+
+    def append_token(self, token: int) -> None:
+        """:meth:`append` for a :attr:`bare` sequence, from the token alone."""
+        self._store(token)
+        if self.streamer is not None:
+            self.streamer.put(torch.tensor([token]))
+        self.done = self._fast_stop(len(self.tokens), token)
+
+    def _store(self, token: int) -> None:
+        n = len(self.tokens)
+        if self._ids.shape[1] == n:
+            self._grow(2 * n)
+        if self._shared:
+            self._buffer[n] = token
+        else:
+            self._ids[0, n] = token
+        self.tokens.append(token)
+        self.stats.new_tokens += 1
+
+    def _grow(self, size: int) -> None:
+        n = len(self.tokens)
+        if self._shared:
+            grown = np.empty(size, dtype=np.int64)
+            grown[:n] = self._buffer[:n]
+            self._buffer, self._ids = grown, torch.from_numpy(grown)[None]
+        else:
+            grown = self._ids.new_empty((1, size))
+            grown[:, :n] = self._ids
+            self._ids = grown

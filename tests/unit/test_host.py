@@ -62,6 +62,22 @@ class Reads:
             monkeypatch.setattr(f"{module}.fetch", fetch)
         for module in ("lookahead.decode", "lookahead.batch", "lookahead.cache", "lookahead.static"):
             monkeypatch.setattr(f"{module}.upload", upload)
+        real_views = host.views
+
+        def views(*arrays):  # a CPU step's inputs made on the host: its one "upload"
+            made = upload_free(real_views, arrays)
+            assert all(t.device.type == "cpu" for t in made)
+            return made
+
+        def upload_free(real, arrays):
+            self.uploads += self._in_step
+            inside, self._in_step = self._in_step, False
+            try:
+                return real(*arrays)
+            finally:
+                self._in_step = inside
+
+        monkeypatch.setattr("lookahead.decode.views", views)
         for name in ("tensor", "from_numpy"):
             monkeypatch.setattr(torch, name, self._made(getattr(torch, name), name))
         for name in READS:
@@ -99,10 +115,14 @@ class Reads:
         return step
 
 
+@pytest.mark.parametrize("on_host", [True, False], ids=["host-made steps", "device-made masks"])
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
-def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation):
+def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation, on_host):
     """Full shape (window, pool, copy and recycled guesses), greedy, one row: per step one
-    fetch and no other read of a device tensor."""
+    fetch and no other read of a device tensor, whether the step's mask is made on the host
+    (the CPU path) or, as on a device, from the uploaded layout where the model runs."""
+    if not on_host:
+        monkeypatch.setattr("lookahead.decode.host_masks", lambda *args: False)
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
     config = lookahead.LookaheadConfig(adaptive=False)

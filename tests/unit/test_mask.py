@@ -18,6 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lookahead import kernels
 from lookahead.mask import StepMask, batch_masks, stack_steps
 from lookahead.tree import GuessTree
 
@@ -39,6 +40,21 @@ def test_step_mask_equals_the_reference(case):
     assert torch.all((mask == 0) | (mask == blocked))
     assert ((mask[0, 0] == 0).numpy() == expected).all()
     assert offsets.tolist()[: 1 + levels * width] == [0] + [1 + i + lv for lv in range(levels) for i in range(width)]
+
+
+@given(mask_cases())
+def test_the_host_made_mask_equals_the_step_mask(case):
+    """A CPU step's mask made on the host in one kernel (``kernels.additive_mask`` over the
+    layout ``StepMask.layout`` gives) is ``StepMask.build``'s, value for value, where every
+    layer attends the whole past (the only case the decoder makes it on the host)."""
+    levels, width, tree, _, past_len, _, past_keep = case
+    step = StepMask(levels, width, {None: None}, torch.float32, "cpu")
+    offsets, expected = step.build(tree, {None: (0, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
+    host_offsets, allowed = step.layout(tree)
+    mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
+    kernels.additive_mask(np.asarray(past_keep, dtype=bool), allowed, float(np.finfo(np.float32).min), mask)
+    assert torch.equal(torch.from_numpy(mask)[None, None], expected)
+    assert host_offsets.tolist() == offsets.tolist()
 
 
 @given(mask_cases(), st.integers(1, 7))
