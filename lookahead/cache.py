@@ -30,11 +30,15 @@ def check_cache(cache) -> None:
             )
 
 
-def prepare_cache(cache: DynamicCache) -> None:
-    """Make sliding-window layers keep a step's entries until ``commit`` trims them."""
+def prepare_cache(cache: DynamicCache) -> bool:
+    """Make sliding-window layers keep a step's entries until ``commit`` trims them; returns
+    whether there are any (``commit``'s ``sliding``)."""
+    sliding = False
     for layer in cache.layers:
         if isinstance(layer, DynamicSlidingWindowLayer):
             layer.activate_past_recording()
+            sliding = True
+    return sliding
 
 
 def held_from(layer, past_len: int) -> int:
@@ -46,9 +50,10 @@ def held_from(layer, past_len: int) -> int:
     return past_len - layer.keys.shape[2]
 
 
-def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int]) -> None:
+def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int], sliding: bool | None = None) -> None:
     """Keep the step entries at indices ``keep`` (host ints, increasing, from the root's 0)
-    after the prefix.
+    after the prefix (``sliding``: whether any layer slides, as :func:`prepare_cache` said;
+    None: look).
 
     Every layer ends with ``past_len + k`` logical entries; sliding layers then hold only
     their last ``sliding_window - 1``, as after plain decoding. Entries that already sit in
@@ -56,15 +61,23 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int]) -
     """
     k = len(keep)
     contiguous = keep[-1] == k - 1
-    if contiguous and k == step_len and not any(isinstance(layer, DynamicSlidingWindowLayer) for layer in cache.layers):
+    layers = cache.layers
+    if sliding is None:
+        sliding = any(isinstance(layer, DynamicSlidingWindowLayer) for layer in layers)
+    if contiguous and k == step_len and not sliding:
         return  # every entry the step wrote stays where it is (a plain step, or all nodes held)
-    index = None if contiguous else upload(cache.layers[0].keys.device, np.array(keep))[0]
-    for layer in cache.layers:
+    moves = {}  # (device, start) -> the source index there: one per device and layer length
+    if not contiguous:
+        moves[None] = upload(layers[0].keys.device, np.array(keep))[0]
+    for layer in layers:
         if not layer.is_initialized:
             continue
         start = layer.keys.shape[2] - step_len
         if not contiguous:
-            src = index.to(layer.keys.device) + start  # layers may sit on other devices (device_map)
+            where = (layer.keys.device, start)  # layers may sit on other devices (device_map)
+            if where not in moves:
+                moves[where] = moves[None].to(layer.keys.device) + start
+            src = moves[where]
             layer.keys[:, :, start : start + k] = layer.keys.index_select(2, src)
             layer.values[:, :, start : start + k] = layer.values.index_select(2, src)
         end = start + k

@@ -91,7 +91,7 @@ class Decoder:
         logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids, **last_only)
         if self.static is None:
             check_cache(self.cache)  # the layers a lazily built cache made in the prefill
-            prepare_cache(self.cache)
+            self._sliding = prepare_cache(self.cache)
         real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
         # which cache entries are real tokens: a buffer of ones after the prompt's, grown by
         # doubling; on the CPU one memory that numpy and torch both view
@@ -142,7 +142,7 @@ class Decoder:
         if self.static is not None:
             self.static.commit(past_len, path)
         else:
-            commit(self.cache, past_len, step.ids.shape[1], path)
+            commit(self.cache, past_len, step.ids.shape[1], path, self._sliding)
         self._kept += accepted
         if self._kept > self._keep_host.shape[0]:
             self._keep_host = np.concatenate([self._keep_host, np.ones_like(self._keep_host)])
