@@ -30,8 +30,10 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.utils.import_utils import is_torch_greater_or_equal
 
 NAME = "lookahead_sdpa"
+_ENABLE_GQA = is_torch_greater_or_equal("2.5")  # sdpa's enable_gqa came with torch 2.5
 
 
 def register_attention() -> str:
@@ -57,10 +59,11 @@ def gqa_sdpa_attention(
     """transformers' attention signature: query ``[b, h, q, d]``, key and value
     ``[b, h_kv, k, d]``, mask ``[b | 1, 1, q, k]`` (additive or bool) or None; returns
     ``([b, q, h, d], None)``. Masked multi-token GQA steps on the CPU attend with
-    ``enable_gqa``; every other call is ``sdpa_attention_forward``'s."""
+    ``enable_gqa`` (torch >= 2.5); every other call is ``sdpa_attention_forward``'s."""
     groups = getattr(module, "num_key_value_groups", 1)
     if (
         groups == 1
+        or not _ENABLE_GQA
         or attention_mask is None
         or query.shape[2] == 1
         or query.device.type != "cpu"
