@@ -5,7 +5,8 @@ its grouped-query support off (``use_gqa_in_sdpa`` wants no mask) and ``repeat_k
 every layer's whole past keys and values up to the query heads' count, on every step. On the
 CPU, ``scaled_dot_product_attention(..., enable_gqa=True)`` takes the mask and shares each KV
 head among its query heads without the copy (``benchmarks/gqa_attention.py``: identical logits,
-1.01-1.23x per masked step of a GQA Llama on this project's CPU, more with longer contexts).
+1.01-1.24x per masked step of a GQA Llama on this project's CPU, more with longer contexts;
+1.02x per whole decode).
 
 Everything else (one-token steps, steps without a mask, models without GQA, other devices,
 position biases) goes to transformers' own ``sdpa_attention_forward`` unchanged: on CUDA masked

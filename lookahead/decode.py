@@ -161,10 +161,6 @@ class Decoder:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
             return Layout(ROOT_ONLY, ids, self._zero_offset, None, None, (), False, host)
-        sizes = {
-            name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
-            for name, i in self.layer_index.items()
-        }
         step_mask = self.proposer.step_mask if window is not None else self.proposer.lean_mask
         host = np.asarray(tokens, dtype=np.int64)
         if self._host_masks:
@@ -173,6 +169,10 @@ class Decoder:
             kernels.additive_mask(self._keep_host[:past_len], allowed, _BLOCKED, mask)
             ids, offsets, mask = views(host, offsets, mask)
             return Layout(tree, ids[None], offsets, mask[None, None], cands, origins, window is not None, host)
+        sizes = {
+            name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
+            for name, i in self.layer_index.items()
+        }
         ids, *parts = upload(step_mask.device, host, *step_mask.layout(tree))  # one copy
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len], parts)
         return Layout(tree, ids[None], offsets, mask, cands, origins, window is not None, host)
