@@ -66,18 +66,17 @@ def commit(cache: DynamicCache, past_len: int, step_len: int, keep: list[int], s
         sliding = any(isinstance(layer, DynamicSlidingWindowLayer) for layer in layers)
     if contiguous and k == step_len and not sliding:
         return  # every entry the step wrote stays where it is (a plain step, or all nodes held)
-    moves = {}  # (device, start) -> the source index there: one per device and layer length
-    if not contiguous:
-        moves[None] = upload(layers[0].keys.device, np.array(keep))[0]
+    index = None if contiguous else upload(layers[0].keys.device, np.array(keep))[0]
+    sources = {}  # (device, start) -> the source index there: one per device and layer length
     for layer in layers:
         if not layer.is_initialized:
             continue
         start = layer.keys.shape[2] - step_len
         if not contiguous:
             where = (layer.keys.device, start)  # layers may sit on other devices (device_map)
-            if where not in moves:
-                moves[where] = moves[None].to(layer.keys.device) + start
-            src = moves[where]
+            src = sources.get(where)
+            if src is None:
+                src = sources[where] = index.to(layer.keys.device) + start
             layer.keys[:, :, start : start + k] = layer.keys.index_select(2, src)
             layer.values[:, :, start : start + k] = layer.values.index_select(2, src)
         end = start + k

@@ -93,17 +93,9 @@ class Decoder:
             check_cache(self.cache)  # the layers a lazily built cache made in the prefill
             self._sliding = prepare_cache(self.cache)
         real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
-        # which cache entries are real tokens: a buffer of ones after the prompt's, grown by
-        # doubling; on the CPU one memory that numpy and torch both view, on a device made
-        # and grown there (no host copy inside a step)
-        size = 2 * real.shape[0] + 64
-        if real.device.type == "cpu":
-            self._keep_host = np.ones(size, dtype=bool)
-            self._keep_host[: real.shape[0]] = real.numpy()
-            self._keep = torch.from_numpy(self._keep_host)
-        else:
-            self._keep = torch.ones(size, dtype=torch.bool, device=real.device)
-            self._keep[: real.shape[0]] = real
+        self._keep = torch.zeros(0, dtype=torch.bool, device=real.device)
+        self._grow_keep(2 * real.shape[0] + 64)
+        self._keep[: real.shape[0]] = real
         self._kept = real.shape[0]
         prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
         rule = self.proposer.rule
@@ -151,13 +143,21 @@ class Decoder:
             commit(self.cache, past_len, step.ids.shape[1], path, self._sliding)
         self._kept += accepted
         if self._kept > self._keep.shape[0]:
-            if self._keep.device.type == "cpu":
-                self._keep_host = np.concatenate([self._keep_host, np.ones_like(self._keep_host)])
-                self._keep = torch.from_numpy(self._keep_host)
-            else:
-                self._keep = torch.cat([self._keep, self._keep.new_ones(self._keep.shape[0])])
+            self._grow_keep(2 * self._keep.shape[0])
         self.position += accepted
         proposer.learn(seq, preds, window is not None, accepted, last)
+
+    def _grow_keep(self, size: int) -> None:
+        """Grow the flags of which cache entries are real tokens to ``size``, the new ones
+        True: on the CPU one memory that numpy (``_keep_host``) and torch both view, on a
+        device made and grown there (no host copy inside a step)."""
+        old = self._keep
+        if old.device.type == "cpu":
+            self._keep_host = np.ones(size, dtype=bool)
+            self._keep = torch.from_numpy(self._keep_host)
+        else:
+            self._keep = torch.ones(size, dtype=torch.bool, device=old.device)
+        self._keep[: old.shape[0]] = old
 
     def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool) -> Layout:
         """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""

@@ -108,3 +108,16 @@ def test_long_generation_slides_past_the_window():
         lookahead.generate(model, ids, lookahead_config=config, **kwargs).tolist()
         == greedy(model, ids, **kwargs).tolist()
     )
+
+
+def test_long_generation_grows_the_host_made_steps_buffers():
+    """A short prompt and a long answer on a full-attention model (whose CPU steps are made
+    on the host): the keep flags and the token buffer grow past their first size mid-decode,
+    and the tokens stay generate's."""
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[5, 6, 7, 8, 9]])  # buffers of 2 x 5 + 64 entries to begin with
+    kwargs = dict(max_new_tokens=160, min_new_tokens=160, pad_token_id=0)
+    stats = lookahead.LookaheadStats()
+    got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)
+    assert got.shape[1] == 165 and stats.tokens_per_forward > 1
+    assert got.tolist() == greedy(model, ids, **kwargs).tolist()
