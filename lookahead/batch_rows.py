@@ -21,6 +21,8 @@ PAD_RUN = 4  # pad tokens a finished row feeds per step when its scores are repo
 class ForcedPad:
     """The rule of a finished row whose scores are reported: ``rule``'s scores, the pad token."""
 
+    ceiling = 1.0  # a guessed pad always holds
+
     def __init__(self, rule, pad: int):
         self.rule, self.pad = rule, pad
 

@@ -13,7 +13,9 @@ copy guess's by share (ten bins) and depth (1, 2-3, 4 and deeper: a copy that ha
 holds more often), each row source's by depth. A bin starts at ``prior`` observations of its
 prior rate: a row source's own rates for its first token and for the later ones; for a copy
 depth group, what its share learnt over every depth (so that where nothing holds every group
-learns it at once), which starts from ``COPY_PRIOR x share``. A row merges into the tree where it
+learns it at once), which starts from ``COPY_PRIOR x share``. Under sampling every prior rate
+is scaled by the rule's ceiling (``verify.SamplingRule.ceiling``): where the model's choices
+are nearly flat, a guess holds far less often than greedy text promised. A row merges into the tree where it
 agrees with it: the shared node keeps the better chance and learns into both bins. The step
 feeds the nodes of highest path chance (the chances multiplied along the path), as many as
 maximise ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain
@@ -141,11 +143,11 @@ def compact(keep, count, tokens, parents, bin_a, bin_b, out_t, out_p, out_a, out
 
 
 @njit(cache=True)
-def chances_of(fed, held, prior, prior_rates, out):
+def chances_of(fed, held, prior, prior_rates, scale, out):
     """``out[b]``: bin b's chance of holding, its counts after ``prior`` observations of its
-    prior rate."""
+    prior rate times ``scale``."""
     for b in range(fed.shape[0]):
-        out[b] = (held[b] + prior * prior_rates[b]) / (fed[b] + prior)
+        out[b] = (held[b] + prior * scale * prior_rates[b]) / (fed[b] + prior)
 
 
 @njit(cache=True)
@@ -190,6 +192,7 @@ class DraftBudget:
         names = [name for name, _, _ in self.row_sources]
         self.depth = depth
         self.prior = prior
+        self.prior_scale = 1.0
         bins = COPY_BINS + len(self.row_sources) * depth
         self.fed, self.held = np.zeros(bins), np.zeros(bins)
         rates = [np.array([first] + [later] * (depth - 1)) for _, first, later in self.row_sources]
@@ -202,7 +205,15 @@ class DraftBudget:
 
     def _update(self) -> None:
         """Each row bin's chance, from its counts and its prior."""
-        chances_of(self.fed, self.held, self.prior, self.prior_rates, self._chances)
+        chances_of(self.fed, self.held, self.prior, self.prior_rates, self.prior_scale, self._chances)
+
+    def scale_priors(self, scale: float) -> None:
+        """Scale every bin's prior rate by ``scale`` (in [0, 1]): the rule's ceiling, the chance
+        that a guess of the likeliest token holds (1 under greedy; see ``verify.SamplingRule``).
+        Counts already learnt stand as they are."""
+        if scale != self.prior_scale:
+            self.prior_scale = scale
+            self._update()
 
     def _room(self, cap: int):
         """Candidates (tokens, parents, bin_a, bin_b, chance, keep) and the fed nodes (tokens,
@@ -227,7 +238,8 @@ class DraftBudget:
         count = copy[0].shape[0] if copy is not None else 0
         (tokens, parents, bin_a, bin_b, cond, _), _ = self._room(count + sum(r.size for _, r in rows))
         if count:
-            copy_chances(copy[1], copy[2], count, self.fed, self.held, self.prior, COPY_PRIOR, bin_a, cond)
+            prior = COPY_PRIOR * self.prior_scale
+            copy_chances(copy[1], copy[2], count, self.fed, self.held, self.prior, prior, bin_a, cond)
             tokens[:count], parents[:count], bin_b[:count] = copy[0], copy[1], -1
         for source, part in rows:
             first = COPY_BINS + source * self.depth

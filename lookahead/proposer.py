@@ -182,6 +182,7 @@ class Proposer:
         if self.successors is not None:
             parts.append(("successors", self.successors.guesses(seq.tokens[-1])))
         if self.budget is not None:
+            self.budget.scale_priors(self.rule.ceiling)
             rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
             return self.budget.plan(self.drafter.tree(seq.array()), rows)
         if self.drafter is not None:

@@ -15,6 +15,8 @@ import torch
 from lookahead.noise import NoiseStream
 from lookahead.tree import GuessTree
 
+_CEILING_ALPHA = 0.1  # weight of the newest emitted token in SamplingRule.ceiling
+
 
 class Pick:
     """A rule's decision at one node: the token, and the rows ``generate`` would report."""
@@ -32,6 +34,10 @@ class GreedyRule:
 
     Without processors all argmaxes are taken in one call per step.
     """
+
+    # a guess of the token this rule picks always holds: the draft budget's priors stand as
+    # they are (see ``SamplingRule.ceiling``)
+    ceiling = 1.0
 
     def __init__(self, processors, keep_rows: bool):
         self.processors = processors
@@ -85,6 +91,11 @@ class SamplingRule:
     probability p(x), as under speculative sampling with one-hot drafts. One noise row is read
     per emitted token, never per guess: the output is the same for every window, guess or
     shape setting.
+
+    ``ceiling`` is a moving average of the probability of the token emitted at the root,
+    ``sum p^2`` in expectation: the chance that a guess drawn like the text holds. Where sampling is nearly
+    flat (a high temperature) it is low, and the draft budget scales its priors by it so a
+    fresh request does not pay to learn what greedy priors promise.
     """
 
     def __init__(
@@ -95,6 +106,7 @@ class SamplingRule:
         self.noise = noise if noise is not None else NoiseStream(1, generator)
         self.row = row  # this rule's row of the noise stream (its batch slot)
         self.emitted = 0  # tokens emitted so far: the noise step of the next one
+        self.ceiling = 1.0
         self._logits: torch.Tensor | None = None
 
     def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
@@ -111,7 +123,11 @@ class SamplingRule:
         noise = self.noise.take(self.row, self.emitted, pick.scores)
         self.emitted += 1
         # multinomial's own arithmetic: float32 softmax, divided by the noise, first argmax
-        pick.token = int((torch.softmax(pick.scores, dim=-1) / noise).argmax(-1))
+        probs = torch.softmax(pick.scores, dim=-1)
+        pick.token = token = int((probs / noise).argmax(-1))
+        if node == 0:  # once a step (the root's draw) is enough, and costs one read more
+            p = float(probs[0, token])
+            self.ceiling = p if self.emitted == 1 else (1 - _CEILING_ALPHA) * self.ceiling + _CEILING_ALPHA * p
         return pick
 
     def release(self) -> None:

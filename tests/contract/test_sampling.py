@@ -21,6 +21,9 @@ NEW = 8
 TAIL = 3  # the joint law of the last TAIL tokens is compared: by then drafts are accepted often
 SAMPLES = 500
 CONFIG = lookahead.LookaheadConfig(window=3, ngram=3, guesses=4)
+# cheap guesses, no overhead: drafts are fed often (a tiny model's measured curve, whose forward
+# costs about what the decoder's own work does, would rightly sample mostly plain steps)
+CHEAP = lookahead.CostCurve.linear(0.01)
 SAMPLING = dict(do_sample=True, temperature=1.0, top_k=2, max_new_tokens=NEW, pad_token_id=0, eos_token_id=None)
 
 
@@ -47,7 +50,9 @@ def lookahead_samples(model, rule_class=None):
     for _ in range(SAMPLES):
         stats = lookahead.LookaheadStats()
         if rule_class is None:
-            out = lookahead.generate(model, PROMPT, lookahead_config=CONFIG, lookahead_stats=stats, **SAMPLING)
+            out = lookahead.generate(
+                model, PROMPT, lookahead_config=CONFIG, lookahead_stats=stats, lookahead_costs=CHEAP, **SAMPLING
+            )
         else:
             processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopKLogitsWarper(2)])
             stop = StoppingCriteriaList([MaxLengthCriteria(PROMPT.shape[1] + NEW)])
@@ -59,7 +64,7 @@ def lookahead_samples(model, rule_class=None):
                 config=CONFIG,
                 stats=stats,
                 cache=_cache(model),
-                costs=lookahead.CostCurve.linear(0.01),  # cheap guesses: drafts are fed often
+                costs=CHEAP,
             ).ids
         hits += sum(stats.accepted[2:])
         counts[tuple(out[0, -TAIL:].tolist())] += 1

@@ -222,6 +222,23 @@ def test_a_copy_node_starts_from_its_share_in_its_depth_group():
     assert cond[0] == cond[3] == pytest.approx(shared)  # unseen depth groups start from the shared bin
 
 
+def test_scaled_priors_feed_less_until_the_bins_learn():
+    """Scaled by a sampling rule's low ceiling, priors no longer promise what greedy text
+    held: a draft that pays at scale 1 is not fed at 0.2, and counts learnt stand unscaled."""
+    costs = CostCurve.linear(0.3)
+    rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
+    plan = DraftBudget(8, costs, 0.0, POOL, 4)
+    assert plan.plan(chain(3), rows)[0].shape[0] > 0
+    plan.scale_priors(0.2)
+    assert plan.plan(chain(3), rows)[0].shape[0] == 0
+    plan.scale_priors(1.0)
+    for _ in range(20):
+        plan.plan(None, rows)
+        plan.learn([40, 41, 42, 43, 7])
+    plan.scale_priors(0.2)
+    assert plan.plan(None, rows)[0].tolist() == [[40, 41, 42, 43]]
+
+
 def test_refill_feeds_free_room_with_the_likeliest_nodes():
     """Where every fed token costs a forward the budget feeds nothing; a batch row padded to a
     wider row's width may fill that room for free: ``refill(n)`` chooses the n likeliest of the

@@ -147,6 +147,30 @@ def test_sampling_noise_comes_from_the_given_generator():
     assert tokens(SamplingRule(None), reseed_global=False) == d
 
 
+def test_sampling_ceiling_follows_the_roots_emitted_probability():
+    """``ceiling`` starts at the first root draw's probability and tends to ``sum p^2`` (the
+    chance that a guess drawn like the text holds): 0.435 for the skewed law, 0.25 for the
+    flat one. Draws below the root (node > 0) leave it be; greedy's is 1."""
+    flipped = PROBS.flip(0)  # row 0 of LOGITS: the skewed law, reordered
+    rule = SamplingRule(None, torch.Generator().manual_seed(0))
+    rule.start(LOGITS)
+    first = rule(0, SEQUENCE, [])
+    assert rule.ceiling == pytest.approx(float(flipped[first.token]))
+    total = 0.0
+    for _ in range(400):
+        rule(0, SEQUENCE, [])
+        total += rule.ceiling
+    assert total / 400 == pytest.approx(float((PROBS**2).sum()), abs=0.05)
+    before = rule.ceiling
+    rule(NODE, SEQUENCE, [])
+    assert rule.ceiling == before
+    rule.start(LOGITS[2:])  # the flat law at the root
+    for _ in range(200):
+        rule(0, SEQUENCE, [])
+    assert rule.ceiling == pytest.approx(0.25)
+    assert GreedyRule(None, keep_rows=False).ceiling == 1.0
+
+
 # --- the greedy rule ---------------------------------------------------------------------------
 
 
