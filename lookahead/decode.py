@@ -114,6 +114,8 @@ class Decoder:
         self._host_masks = host_masks(windows, self.static, seq.ids.device, self.model.dtype)
         # masks, offsets and ids live where the inputs do (the first device under a device_map)
         self._zero_offset = torch.zeros(1, dtype=torch.long, device=seq.ids.device)  # a plain step's offsets
+        self._root_position = np.zeros((1, 1), dtype=np.int64) if seq.ids.device.type == "cpu" else None
+        self._root_position_ids = torch.from_numpy(self._root_position) if self._root_position is not None else None
         self.proposer.seed(prompt, windows, logits.shape[-1], seq.ids.device)
         self.proposer.learn_text(seq, 1)
 
@@ -129,11 +131,10 @@ class Decoder:
         window = proposer.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
         step = self._layout(seq, window, past_len, guess=shape != PLAIN)
-        positions = (self.position + step.offsets)[None]
         if self.static is not None:
-            logits = self._timed(self.static.forward, step.ids, positions, step.mask, past_len)
+            logits = self._timed(self.static.forward, step.ids, step.positions, step.mask, past_len)
         else:
-            logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=positions)
+            logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=step.positions)
         preds, top = fetch(logits, proposer.successors.k if proposer.successors is not None else 0)
         if top is not None:
             proposer.successors.record(step.host_ids, top.numpy())
@@ -163,27 +164,36 @@ class Decoder:
         self._keep[: old.shape[0]] = old
 
     def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool) -> Layout:
-        """Input ids ``[1, q]``, the guess tree, offsets and mask(s) of one step."""
+        """Input ids ``[1, q]``, positions ``[1, q]``, the guess tree and mask(s) of one step."""
         tree, tokens, cands, origins = self.proposer.plan(seq, window, guess)
         if window is None and not tree.size and self._maskless_plain:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
-            return Layout(ROOT_ONLY, ids, self._zero_offset, None, None, (), False, host)
+            return Layout(ROOT_ONLY, ids, self._root_positions(), None, None, (), False, host)
         step_mask = self.proposer.step_mask if window is not None else self.proposer.lean_mask
         host = np.asarray(tokens, dtype=np.int64)
         if self._host_masks:
+            # shaped as the model takes them on the host: numpy's views cost less than torch's
             offsets, allowed = step_mask.layout(tree)
-            mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
-            kernels.additive_mask(self._keep_host[:past_len], allowed, _BLOCKED, mask)
-            ids, offsets, mask = views(host, offsets, mask)
-            return Layout(tree, ids[None], offsets, mask[None, None], cands, origins, window is not None, host)
+            mask = np.empty((1, 1, allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
+            kernels.additive_mask(self._keep_host[:past_len], allowed, _BLOCKED, mask[0, 0])
+            ids, positions, mask = views(host[None], (offsets + self.position)[None], mask)
+            return Layout(tree, ids, positions, mask, cands, origins, window is not None, host)
         sizes = {
             name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
             for name, i in self.layer_index.items()
         }
         ids, *parts = upload(step_mask.device, host, *step_mask.layout(tree))  # one copy
         offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len], parts)
-        return Layout(tree, ids[None], offsets, mask, cands, origins, window is not None, host)
+        return Layout(tree, ids[None], (self.position + offsets)[None], mask, cands, origins, window is not None, host)
+
+    def _root_positions(self) -> torch.Tensor:
+        """A lone root's position ``[1, 1]``: on the CPU one host buffer that torch views,
+        set in place; elsewhere made on the device."""
+        if self._root_position is None:
+            return (self.position + self._zero_offset)[None]
+        self._root_position[0, 0] = self.position
+        return self._root_position_ids
 
     def _record(self, shape: str, step: Layout, appended: list[int]) -> None:
         """Count the step, credit the source of its accepted guesses, inform the controller
@@ -203,12 +213,12 @@ def host_masks(windows: dict, static: StaticSteps | None, device: torch.device, 
 
 
 class Layout(NamedTuple):
-    """One step's input: ids long ``[1, q]``, positions as offsets from the root ``[q]``,
-    the mask(s), the guess tree, the guess rows merged into it and each row's source."""
+    """One step's input: ids long ``[1, q]``, positions long ``[1, q]``, the mask(s), the
+    guess tree, the guess rows merged into it and each row's source."""
 
     tree: GuessTree
     ids: torch.Tensor
-    offsets: torch.Tensor
+    positions: torch.Tensor
     mask: object
     cands: np.ndarray | None
     origins: tuple[str, ...]

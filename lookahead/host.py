@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lookahead import kernels
+
 
 def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:
     """The host arrays (any int or bool dtype) on ``device`` as int64 tensors of their shapes,
@@ -64,26 +66,28 @@ def _fetch_device(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Ten
 
 def _fetch_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``fetch`` for CPU logits: k argmax passes over the rows, each after hiding the ids
-    already taken (written over in place and put back: a copy of the rows costs more)."""
+    already taken (written over in place by one kernel call and put back: a copy of the rows
+    costs more). Right after a forward every distinct operation runs from cold caches, so
+    this one takes as few as it can: no torch op but the two wrapping ones."""
     rows = logits.detach().reshape(-1, logits.shape[-1])
     if rows.dtype != torch.float32:
         rows = rows.float()  # numpy has no bfloat16; float32 holds every half value exactly
     values = rows.numpy()
     preds = values.argmax(-1)  # numpy's first maximum, or first NaN: torch.argmax's choice
-    shape = logits.shape[:-1]
-    if not k:
-        return torch.from_numpy(preds).view(shape), None
-    top = np.empty((values.shape[0], k), dtype=np.int64)
-    top[:, 0] = preds
-    every = np.arange(values.shape[0])
-    hidden = np.empty((k - 1, values.shape[0]), dtype=values.dtype)
-    for i in range(1, k):
-        hidden[i - 1] = values[every, top[:, i - 1]]
-        values[every, top[:, i - 1]] = -np.inf
-        top[:, i] = values.argmax(-1)
-    for i in reversed(range(1, k)):
-        values[every, top[:, i - 1]] = hidden[i - 1]
-    return torch.from_numpy(preds).view(shape), torch.from_numpy(top).view(*shape, k)
+    top = None
+    if k:
+        top = np.empty((values.shape[0], k), dtype=np.int64)
+        top[:, 0] = preds
+        hidden = np.empty((k - 1, values.shape[0]), dtype=values.dtype)
+        for i in range(1, k):
+            kernels.hide_at(values, top[:, i - 1], hidden[i - 1], -np.inf)
+            top[:, i] = values.argmax(-1)
+        for i in reversed(range(1, k)):
+            kernels.put_back(values, top[:, i - 1], hidden[i - 1])
+    if logits.dim() != 2:  # the rows' own shape: [q] from a step's [q, V] as it is
+        shape = tuple(logits.shape[:-1])
+        preds, top = preds.reshape(shape), top.reshape(*shape, k) if k else None
+    return torch.from_numpy(preds), torch.from_numpy(top) if k else None
 
 
 def wait(logits: torch.Tensor) -> torch.Tensor:

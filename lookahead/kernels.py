@@ -323,3 +323,20 @@ def greedy_path(chain, base, tokens, parents, preds, out):
         if child < 0:
             return n
         node = child
+
+
+@njit(cache=True)
+def hide_at(values, ids, saved, fill):
+    """Save ``values[r, ids[r]]`` in ``saved[r]`` and write ``fill`` there, for every row r
+    (float ``[rows, V]``, int64 ``[rows]``); :func:`put_back` undoes it. One kernel call costs
+    less than numpy's fancy indexing, whose code runs cold right after a forward."""
+    for r in range(ids.shape[0]):
+        saved[r] = values[r, ids[r]]
+        values[r, ids[r]] = fill
+
+
+@njit(cache=True)
+def put_back(values, ids, saved):
+    """``values[r, ids[r]] = saved[r]`` for every row r: what :func:`hide_at` hid."""
+    for r in range(ids.shape[0]):
+        values[r, ids[r]] = saved[r]
