@@ -129,7 +129,9 @@ class BatchDecoder:
         real_mask = self.past_keep.cpu().numpy()
         rows = input_ids.shape[0]
         # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
-        self.controller = ShapeController(self.costs, adaptive=self.adaptive, rows=rows, draft=cfg.uses_copy)
+        self.controller = ShapeController(
+            self.costs, adaptive=self.adaptive, rows=rows, draft=cfg.uses_copy, window_tokens=cfg.levels * cfg.window
+        )
         for r in range(rows):
             criteria = self.stopping_criteria
             if fast_check(criteria) is None:

@@ -18,10 +18,16 @@ distributed run makes the same choices.
 
 The best shape runs; the others are tried now and then so a text that starts to repeat wins
 the guesses back. A try that loses again waits twice as long for the next one (up to
-``max_backoff`` times the base wait), so where nothing holds exploration gets rarer.
+``max_backoff`` times the base wait), so where nothing holds exploration gets rarer. The
+window's tries wait in proportion to what one costs beyond a plain step: where the curve
+is flat (a GPU) it is tried every ``explore_every`` steps, where its tokens cost most of a
+forward more (this project's CPU) about three times as rarely, so that a losing window takes
+at most ``EXPLORE_SHARE`` of the forward cost.
 """
 
 from __future__ import annotations
+
+import math
 
 from lookahead.costmodel import CostCurve
 
@@ -29,6 +35,8 @@ FULL, LEAN, DRAFT, PLAIN = "full", "lean", "draft", "plain"
 # the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in
 # seconds; measured by benchmarks/overhead.py on this project's CPU
 GUESS_OVERHEAD_S = 4e-4
+EXPLORE_SHARE = 0.02  # the most of the forward cost the window's losing tries take, before backoff
+MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore_every
 
 
 class _Average:
@@ -53,12 +61,15 @@ class ShapeController:
         costs: the model's cost curve (``CostCurve.linear()``, proportional cost, when None).
         adaptive: False pins every step to ``FULL``.
         explore_every: base steps between tries of a shape not currently preferred (a third
-            of that for the lean and draft shapes, twice that for the full one).
+            of that for the lean and draft shapes; for the full one, by the window's price:
+            see ``window_tokens``).
         alpha: weight of the newest step in the moving averages.
         max_backoff: the most a losing shape's wait grows, as a multiple of its base wait.
         rows: rows decoded together (a batch): the decoder's work per step grows with them.
         draft: weigh the ``draft`` shape instead of the ``lean`` one (the decoder has a draft
             budget).
+        window_tokens: the tokens the window adds to a step (``levels x window``): its tries'
+            wait is priced from them; 0 (unknown) waits twice ``explore_every``.
     """
 
     def __init__(
@@ -70,6 +81,7 @@ class ShapeController:
         max_backoff: int = 8,
         rows: int = 1,
         draft: bool = False,
+        window_tokens: int = 0,
     ):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
@@ -91,12 +103,21 @@ class ShapeController:
         # finds the moment guesses start to hold (text that begins to repeat); the window
         # costs most
         cheap = max(explore_every // 3, 1)
-        base = {LEAN: cheap, DRAFT: cheap, FULL: 2 * explore_every}
+        base = {LEAN: cheap, DRAFT: cheap, FULL: self._window_wait(explore_every, window_tokens)}
         self._base = {shape: base[shape] for shape in self.guessing}
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(self.shapes, 0)
         self._rates = {shape: self._rated(shape) for shape in self.guessing} | {PLAIN: 1.0}
+
+    def _window_wait(self, explore_every: int, window_tokens: int) -> int:
+        """Steps between the window's tries: what one costs beyond a plain step, over
+        ``EXPLORE_SHARE``; at least ``explore_every``, and at most ``MAX_WINDOW_WAIT`` times
+        that, so a long text still finds a window that starts to pay."""
+        if not window_tokens:
+            return 2 * explore_every
+        premium = self.costs(1 + window_tokens) - 1.0
+        return min(max(explore_every, math.ceil(premium / EXPLORE_SHARE)), MAX_WINDOW_WAIT * explore_every)
 
     def rate(self, shape: str) -> float:
         """Expected tokens per one-token-forward of cost (plain decoding: 1).

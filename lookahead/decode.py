@@ -52,7 +52,10 @@ class Decoder:
         self.cache = cache
         self.stats = stats
         self.controller = ShapeController(
-            costs, adaptive=config.adaptive and config.method == "lookahead", draft=config.uses_copy
+            costs,
+            adaptive=config.adaptive and config.method == "lookahead",
+            draft=config.uses_copy,
+            window_tokens=config.levels * config.window,
         )
         adaptive = self.controller.adaptive  # a fixed shape feeds every source's whole guesses
         self.proposer = Proposer(

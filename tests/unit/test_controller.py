@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import lookahead
@@ -85,8 +87,9 @@ def test_random_prompt_backs_off_and_stays_exact():
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CHEAP, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
-    # steps without the window: the draft shape is tried before it (it waits for its first
-    # exploration, 24 steps), and the budget feeds drafts on some steps, none on others
+    # steps without the window: the draft shape is tried before it (the window's first try
+    # waits by its price, 80 steps on this curve), and the budget feeds drafts on some steps,
+    # none on others
     assert stats.steps - stats.lean_steps <= 1 and 0 < stats.draft_steps < stats.steps and stats.plain_steps > 0
 
 
@@ -105,3 +108,26 @@ def test_draft_shape_is_tried_first_and_wins_where_the_budget_pays():
 def test_without_a_budget_the_draft_shape_never_runs():
     controller = ShapeController(CostCurve.linear(0.2))
     assert DRAFT not in run(controller, 60, {LEAN: (3, 5)})
+
+
+def test_the_windows_tries_wait_by_what_one_costs():
+    """Where the window's tokens are nearly free its tries come every ``explore_every``
+    steps; where they cost most of a forward more, the wait keeps a losing window's share of
+    the forward cost at ``EXPLORE_SHARE``, up to ``MAX_WINDOW_WAIT`` times the base wait; with
+    its size unknown, twice the base wait."""
+    from lookahead.controller import EXPLORE_SHARE, MAX_WINDOW_WAIT
+
+    def first_full(controller, steps=200):
+        shapes = run(controller, steps, {FULL: (1, 17), DRAFT: (3, 5)})
+        return [i for i, shape in enumerate(shapes) if shape == FULL][:1]
+
+    flat = ShapeController(CostCurve.linear(0.001), draft=True, explore_every=12, window_tokens=16)
+    dear = CostCurve((1, 2, 17), (1.0, 1.3, 1.75))
+    priced = ShapeController(dear, draft=True, explore_every=12, window_tokens=16)
+    unknown = ShapeController(dear, draft=True, explore_every=12)
+    wait = math.ceil(0.75 / EXPLORE_SHARE)  # 38: the window's 16 tokens cost 0.75 more than a plain step
+    assert first_full(flat) == [12]
+    assert first_full(priced) == [wait]
+    assert first_full(unknown) == [24]
+    proportional = ShapeController(CostCurve.linear(1.0), draft=True, explore_every=12, window_tokens=16)
+    assert first_full(proportional) == [MAX_WINDOW_WAIT * 12]  # 16 / 0.02 steps, capped

@@ -283,9 +283,9 @@ def test_plain_steps_equal_greedy(family, padded):
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CostCurve.linear(1.0), **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
-    # plain steps are lean steps too (no window); the first steps always try the window
-    assert stats.steps // 2 < stats.plain_steps <= stats.lean_steps < stats.steps
-    assert stats.plain_steps > stats.steps // 2
+    # plain steps are lean steps too; a window whose tokens cost a forward each is not tried
+    # within 40 steps (its tries wait by their price: see ShapeController)
+    assert stats.steps // 2 < stats.plain_steps <= stats.lean_steps == stats.steps
 
 
 def test_controller_weighs_the_given_cost_curve():
