@@ -13,7 +13,8 @@ copy guess's by share (ten bins) and depth (1, 2-3, 4 and deeper: a copy that ha
 holds more often), each row source's by depth. A bin starts at ``prior`` observations of its
 prior rate: a row source's own rates for its first token and for the later ones; for a copy
 depth group, what its share learnt over every depth (so that where nothing holds every group
-learns it at once), which starts from ``COPY_PRIOR x share``. Under sampling every prior rate
+learns it at once), which starts from ``COPY_PRIOR x share`` (``FIRST_TOKEN_PRIOR`` of that at
+depth 1). Under sampling every prior rate
 is scaled by the rule's ceiling (``verify.SamplingRule.ceiling``): where the model's choices
 are nearly flat, a guess holds far less often than greedy text promised. A row merges into the tree where it
 agrees with it: the shared node keeps the better chance and learns into both bins. The step
@@ -45,6 +46,9 @@ COPY_DEPTHS = (1, 3)  # the copy bins' depth groups end at these depths; the las
 COPY_DEPTH_BINS = SHARE_BINS * (len(COPY_DEPTHS) + 1)  # by depth group and share
 COPY_BINS = COPY_DEPTH_BINS + SHARE_BINS  # then by share alone, over every depth
 COPY_PRIOR = 0.8  # counts from a handful of occurrences promise more than the model keeps
+# a copy's first token holds less often than the copies that have begun (where copying stops,
+# a new name or a new line follows): the depth-1 group starts from this share of the prior
+FIRST_TOKEN_PRIOR = 0.6
 _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 
 
@@ -53,9 +57,9 @@ def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
     """``out[i]``: P(node i holds | its parent holds), from its share of the parent's
     occurrences (``probs[i] / probs[parent]``, one of ``SHARE_BINS``) and its depth (one of
     the groups ``COPY_DEPTHS`` ends): that bin's counts (``bins_out[i]``) after ``prior``
-    observations of the share's bin over every depth, which itself starts at ``prior``
-    observations of ``scale x share`` (so a depth group learns from the others until it has
-    counts of its own)."""
+    observations of the share's bin over every depth (``FIRST_TOKEN_PRIOR`` of it at depth
+    1), which itself starts at ``prior`` observations of ``scale x share`` (so a depth group
+    learns from the others until it has counts of its own)."""
     depth = np.empty(count, dtype=np.int64)
     for i in range(count):
         par = parents[i]
@@ -68,7 +72,8 @@ def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
         b, pooled = SHARE_BINS * group + s, COPY_DEPTH_BINS + s
         bins_out[i] = b
         shared = (held[pooled] + prior * scale * share) / (fed[pooled] + prior)
-        out[i] = (held[b] + prior * shared) / (fed[b] + prior)
+        start = shared * FIRST_TOKEN_PRIOR if group == 0 else shared
+        out[i] = (held[b] + prior * start) / (fed[b] + prior)
 
 
 @njit(cache=True)

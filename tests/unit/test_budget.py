@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead import budget
-from lookahead.budget import COPY_BINS, COPY_DEPTH_BINS, COPY_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.budget import COPY_BINS, COPY_DEPTH_BINS, COPY_PRIOR, FIRST_TOKEN_PRIOR, SHARE_BINS, DraftBudget
 from lookahead.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
@@ -205,21 +205,22 @@ def test_bins_learn_what_held():
 
 
 def test_a_copy_node_starts_from_its_share_in_its_depth_group():
-    """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share``; its bin is
-    its share's within its depth's group (depth 1, 2-3, 4 and deeper), which starts from what
-    that share's bin over every depth has learnt."""
+    """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share`` (times
+    ``FIRST_TOKEN_PRIOR`` at depth 1); its bin is its share's within its depth's group (depth
+    1, 2-3, 4 and deeper), which starts from what that share's bin over every depth has learnt."""
     toks, parents, probs = chain(5, 0.5)
     cond, bins = np.empty(5), np.empty(5, dtype=np.int64)
     fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
     budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
-    assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5] * 5)
+    assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5 * FIRST_TOKEN_PRIOR] + [COPY_PRIOR * 0.5] * 4)
     assert bins.tolist() == [5, SHARE_BINS + 5, SHARE_BINS + 5, 2 * SHARE_BINS + 5, 2 * SHARE_BINS + 5]
     fed[SHARE_BINS + 5], held[SHARE_BINS + 5] = 10.0, 10.0  # depths 2-3 at share 0.5 always held
     fed[COPY_DEPTH_BINS + 5], held[COPY_DEPTH_BINS + 5] = 10.0, 10.0  # and so over every depth
     budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
     shared = (10 + 2 * COPY_PRIOR * 0.5) / 12
     assert cond[1] == cond[2] == pytest.approx((10 + 2 * shared) / 12)
-    assert cond[0] == cond[3] == pytest.approx(shared)  # unseen depth groups start from the shared bin
+    assert cond[3] == pytest.approx(shared)  # unseen depth groups start from the shared bin
+    assert cond[0] == pytest.approx(shared * FIRST_TOKEN_PRIOR)  # the first token from less of it
 
 
 def test_scaled_priors_feed_less_until_the_bins_learn():
@@ -242,13 +243,13 @@ def test_scaled_priors_feed_less_until_the_bins_learn():
 def test_refill_feeds_free_room_with_the_likeliest_nodes():
     """Where every fed token costs a forward the budget feeds nothing; a batch row padded to a
     wider row's width may fill that room for free: ``refill(n)`` chooses the n likeliest of the
-    same candidates (a tree: the chain's first n, likelier than the row), and what it fed is
-    what is learnt."""
+    same candidates (a tree: the chain's first three, then the row's first token, likelier
+    than the chain's fourth), and what it fed is what is learnt."""
     plan = DraftBudget(8, CostCurve.linear(1.0), 0.0, POOL, 4)
     rows = [(1, np.array([[40, 41, -1, -1]], dtype=np.int64))]
     assert plan.plan(chain(6), rows)[0].shape[0] == 0
     got, origins = plan.refill(4)
-    assert got.tolist() == [[10, 11, 12, 13]] and origins == ("copy",)
+    assert got.tolist() == [[10, 11, 12], [40, -1, -1]] and origins == ("copy", "pool")
     plan.learn([10, 11, 99])
     assert plan.fed[:COPY_DEPTH_BINS].sum() == 3 and plan.held[:COPY_DEPTH_BINS].sum() == 2
     assert plan.refill(100)[0].size and plan.refill(0)[0].shape[0] == 0  # capped, and back to none
