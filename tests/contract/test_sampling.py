@@ -56,16 +56,17 @@ def lookahead_samples(model, rule_class=None):
         else:
             processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopKLogitsWarper(2)])
             stop = StoppingCriteriaList([MaxLengthCriteria(PROMPT.shape[1] + NEW)])
-            out = lookahead_decode(
-                model,
-                PROMPT,
-                rule=rule_class(processors),
-                stopping_criteria=stop,
-                config=CONFIG,
-                stats=stats,
-                cache=_cache(model),
-                costs=CHEAP,
-            ).ids
+            with torch.no_grad():  # as generate runs it
+                out = lookahead_decode(
+                    model,
+                    PROMPT,
+                    rule=rule_class(processors),
+                    stopping_criteria=stop,
+                    config=CONFIG,
+                    stats=stats,
+                    cache=_cache(model),
+                    costs=CHEAP,
+                ).ids
         hits += sum(stats.accepted[2:])
         counts[tuple(out[0, -TAIL:].tolist())] += 1
     return counts, hits
