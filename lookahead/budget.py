@@ -14,13 +14,13 @@ holds more often), each row source's by depth. A bin starts at ``prior`` observa
 prior rate: a row source's own rates for its first token and for the later ones; for a copy
 depth group, what its share learnt over every depth (so that where nothing holds every group
 learns it at once), which starts from ``COPY_PRIOR x share`` (``FIRST_TOKEN_PRIOR`` of that at
-depth 1). Under sampling every prior rate
-is scaled by the rule's ceiling (``verify.SamplingRule.ceiling``): where the model's choices
-are nearly flat, a guess holds far less often than greedy text promised. A row merges into the tree where it
-agrees with it: the shared node keeps the better chance and learns into both bins. The step
-feeds the nodes of highest path chance (the chances multiplied along the path), as many as
-maximise ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain
-decoding's 1; else none.
+depth 1). Under sampling every prior rate is scaled by the rule's ceiling
+(``verify.SamplingRule.ceiling``): where the model's choices are nearly flat, a guess holds
+far less often than greedy text promised. A row merges into the tree where it agrees with
+it: the shared node keeps the better chance and learns into both bins. The step feeds the
+nodes of highest path chance (the chances multiplied along the path), as many as maximise
+``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain decoding's
+1; else none.
 
 Worked example (costs 1, 1.3, 1.35, 1.4 for forwards of 1-4 tokens, no overhead)::
 

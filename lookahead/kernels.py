@@ -1,5 +1,6 @@
-"""Numba kernels: the n-gram pool's hash table, recycled successors and the merging of guesses
-into a trie (the copy guess's are in ``suffix_kernels.py``).
+"""Numba kernels: the n-gram pool's hash table, recycled successors, the merging of guesses
+into a trie, a host-made step's mask and the walk, and the in-place hiding that reading the
+logits' top-k on the host needs (the copy guess's are in ``suffix_kernels.py``).
 
 Pure functions over numpy arrays, compiled once with ``cache=True``. No torch here; the
 classes in ``pool.py`` and ``tree.py`` hold the arrays and call these.

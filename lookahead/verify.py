@@ -15,7 +15,7 @@ import torch
 from lookahead.noise import NoiseStream
 from lookahead.tree import GuessTree
 
-_CEILING_ALPHA = 0.1  # weight of the newest emitted token in SamplingRule.ceiling
+_CEILING_ALPHA = 0.1  # weight of the newest root draw in SamplingRule.ceiling
 
 
 class Pick:
@@ -93,9 +93,9 @@ class SamplingRule:
     shape setting.
 
     ``ceiling`` is a moving average of the probability of the token emitted at the root,
-    ``sum p^2`` in expectation: the chance that a guess drawn like the text holds. Where sampling is nearly
-    flat (a high temperature) it is low, and the draft budget scales its priors by it so a
-    fresh request does not pay to learn what greedy priors promise.
+    ``sum p^2`` in expectation: the chance that a guess drawn like the text holds. Where
+    sampling is nearly flat (a high temperature) it is low, and the draft budget scales its
+    priors by it, so a fresh request does not pay to learn that greedy priors promise too much.
     """
 
     def __init__(
