@@ -197,6 +197,19 @@ def headline(config: dict) -> str:
     )
 
 
+def curve_lines(config: dict) -> list[str]:
+    """What the lookahead steps were priced by: its decisions follow the cost curve, and a
+    curve kept from an earlier calibration may differ from one measured now."""
+    curve = config.get("cost_curve")
+    if not curve:
+        return []
+    shown = ", ".join(f"{k}: {c:.2f}" for k, c in zip(curve["sizes"], curve["costs"]) if k in (2, 4, 8, 12, 16, 32))
+    return [
+        f"lookahead priced its steps by this cost curve (tokens: cost in one-token forwards) {shown}; "
+        f"kept in {curve['file']} (delete it to measure again)"
+    ]
+
+
 def table(doc: dict) -> str:
     """A fixed-width summary table, one line per method."""
     head = [name for name, _, _ in TABLE_COLUMNS]

@@ -258,11 +258,12 @@ def run(args) -> int:
     records, labels, skipped = measure(args, model, chosen, encoded, variants)
     config = run_config(args, model, chosen, encoded, labels, _resolved(fields))
     config["skipped"] = skipped
+    config["cost_curve"] = _curve_used(args, model, labels, config["lookahead"])
     doc = report.document(config, records, labels, methods.BASELINE, exactness=True)
     out = options.human(args)
     print(report.headline(doc["config"]), file=out)
     print(report.table(doc), file=out)
-    for line in report.explain(doc):
+    for line in report.explain(doc) + report.curve_lines(doc["config"]):
         print(line, file=out)
     if args.json:
         options.write_json(doc, args.json, out)
@@ -272,6 +273,18 @@ def run(args) -> int:
         plot(plots.bench_plot, doc, args.plot, out)
     status = verdict(args, doc)
     return status or (EXIT_USAGE if skipped and args.methods else 0)
+
+
+def _curve_used(args, model, labels, fields: dict) -> dict | None:
+    """The cost curve adaptive lookahead priced its steps with (its memo, or the cache file
+    it came from) and where it is kept; None where none priced them: no adaptive lookahead
+    ran, or its steps ran compiled (their own bucketed curve) or sharded."""
+    from lookahead import costmodel, distributed
+
+    if "lookahead" not in labels or not fields.get("adaptive", True) or args.compile or distributed.is_sharded(model):
+        return None
+    curve = costmodel.cost_curve(model, rows=args.batch_size).as_dict()
+    return {**curve, "file": str(costmodel.default_cache_dir() / "costs.json")}
 
 
 def _resolved(fields: dict) -> dict:

@@ -151,7 +151,7 @@ def test_reduced_precision_mismatch_needs_strict(tiny_model_dir, prompt_file, mo
     assert cli.main(argv + ["--strict"]) == cli.EXIT_MISMATCH
 
 
-def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkeypatch):
+def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lookahead, "generate", fake_engine, raising=False)
     out = tmp_path / "la.json"
     argv = bench(tiny_model_dir, prompt_file, "--methods", "all", "--window", "3", "--json", str(out))
@@ -168,6 +168,10 @@ def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkey
     assert la["accepted_hist"][0] == 0 and la["fallbacks"] == 0 and {"pool_hit_rate", "lean_share"} <= set(la)
     assert doc["config"]["lookahead"]["window"] == 3
     assert (tmp_path / "bench.png").stat().st_size > 0
+    # the curve the adaptive steps are priced by is reported with where it is kept
+    curve = doc["config"]["cost_curve"]
+    assert curve["sizes"][0] == 1 and curve["costs"][0] == 1.0 and curve["file"].endswith("costs.json")
+    assert "cost curve" in capsys.readouterr().out
 
 
 def test_sample_mode_leaves_prompt_lookup_unchecked(tiny_model_dir, prompt_file, tmp_path):
