@@ -27,7 +27,7 @@ from lookahead.verify import walk
 from lookahead.window import JacobiWindow
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
-_BLOCKED = float(np.finfo(np.float32).min)  # torch.finfo(torch.float32).min: what StepMask blocks with
+_BLOCKED = torch.finfo(torch.float32).min  # what a float32 StepMask blocks with
 ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
 
 
@@ -116,7 +116,8 @@ class Decoder:
         # host in one kernel and handed to the model as views, without a torch op
         self._host_masks = host_masks(windows, self.static, seq.ids.device, self.model.dtype)
         # masks, offsets and ids live where the inputs do (the first device under a device_map)
-        self._zero_offset = torch.zeros(1, dtype=torch.long, device=seq.ids.device)  # a plain step's offsets
+        # a lone root's position: on the CPU a host buffer set in place, elsewhere an offset added there
+        self._zero_offset = torch.zeros(1, dtype=torch.long, device=seq.ids.device)
         self._root_position = np.zeros((1, 1), dtype=np.int64) if seq.ids.device.type == "cpu" else None
         self._root_position_ids = torch.from_numpy(self._root_position) if self._root_position is not None else None
         self.proposer.seed(prompt, windows, logits.shape[-1], seq.ids.device)

@@ -62,9 +62,7 @@ class TokenSequence:
         n = len(self.tokens)
         if not self._shared:
             if self._buffer.shape[0] < n:
-                grown = np.empty(2 * n, dtype=np.int64)
-                grown[: self._filled] = self._buffer[: self._filled]
-                self._buffer = grown
+                self._buffer = _grown(self._buffer, 2 * n, self._filled)
             self._buffer[self._filled : n] = self.tokens[self._filled : n]
             self._filled = n
         return self._buffer[:n]
@@ -104,10 +102,16 @@ class TokenSequence:
     def _grow(self, size: int) -> None:
         n = len(self.tokens)
         if self._shared:
-            grown = np.empty(size, dtype=np.int64)
-            grown[:n] = self._buffer[:n]
-            self._buffer, self._ids = grown, torch.from_numpy(grown)[None]
+            self._buffer = _grown(self._buffer, size, n)
+            self._ids = torch.from_numpy(self._buffer)[None]
         else:
             grown = self._ids.new_empty((1, size))
             grown[:, :n] = self._ids
             self._ids = grown
+
+
+def _grown(buffer: np.ndarray, size: int, n: int) -> np.ndarray:
+    """A new int64 buffer of ``size`` holding ``buffer``'s first ``n`` entries."""
+    grown = np.empty(size, dtype=np.int64)
+    grown[:n] = buffer[:n]
+    return grown
