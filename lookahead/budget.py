@@ -8,17 +8,20 @@ Every source but the Jacobi window proposes candidates:
 - rows of tokens: the n-gram pool's (its context pair's rows, then its key's) and the
   recycled successors'.
 
-Each candidate gets a chance of holding when its parent holds, learned online in bins: the
-copy guess's by share (ten bins) and depth (1, 2-3, 4 and deeper: a copy that has begun
-holds more often), each row source's by depth. A bin starts at ``prior`` observations of its
-prior rate: a row source's own rates for its first token and for the later ones; for a copy
-depth group, what its share learnt over every depth (so that where nothing holds every group
-learns it at once), which starts from ``COPY_PRIOR x share`` (``FIRST_TOKEN_PRIOR`` of that at
-depth 1). Under sampling every prior rate is scaled by the rule's ceiling
+Each candidate gets a chance of holding when its parent holds, learned online in bins. A
+copy node's bin is its share (ten bins) within its context: the tokens of the text its
+occurrences match once its parents hold (the step's match length plus its depth less one,
+in groups ending at ``CONTEXTS``), for a copy holds more the longer the text it agrees
+with. A row node's bin is its source's at its depth. A bin starts at ``prior`` observations
+of its prior rate: a row source's own rates for its first token and for the later ones; a
+copy bin's ``CONTEXT_PRIORS[group] x share``, times one ratio over every copy node of what
+held to what those rates promised (so that where nothing holds every bin learns it at
+once). Under sampling every prior rate is scaled by the rule's ceiling
 (``verify.SamplingRule.ceiling``): where the model's choices are nearly flat, a guess holds
 far less often than greedy text promised. A row merges into the tree where it agrees with
-it: the shared node keeps the better chance and learns into both bins. The step feeds the
-nodes of highest path chance (the chances multiplied along the path), as many as maximise
+it: the shared node keeps the better chance and learns into its first bin only (a row bin
+then knows what its rows hold alone). The step feeds the nodes of highest path chance (the
+chances multiplied along the path), as many as maximise
 ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain decoding's
 1; else none.
 
@@ -42,46 +45,43 @@ from lookahead.costmodel import CostCurve
 from lookahead.suffix_kernels import tree_rows
 
 SHARE_BINS = 10
-COPY_DEPTHS = (1, 3)  # the copy bins' depth groups end at these depths; the last is open
-COPY_DEPTH_BINS = SHARE_BINS * (len(COPY_DEPTHS) + 1)  # by depth group and share
-COPY_BINS = COPY_DEPTH_BINS + SHARE_BINS  # then by share alone, over every depth
-COPY_PRIOR = 0.8  # counts from a handful of occurrences promise more than the model keeps
-# a copy's first token holds less often than the copies that have begun (where copying stops,
-# a new name or a new line follows): the depth-1 group starts from this share of the prior
-FIRST_TOKEN_PRIOR = 0.6
+CONTEXTS = (1, 3, 7)  # the copy bins' context groups end at these lengths; the last is open
+# what a copy node held per unit of share in each context group, on the embedded model's
+# stdlib, HumanEval and grounded steps (0.5 / 0.63 / 0.85 / 0.99): one token of agreement
+# is weak evidence, eight are nearly proof
+CONTEXT_PRIORS = (0.5, 0.65, 0.85, 0.95)
+COPY_BINS = SHARE_BINS * (len(CONTEXTS) + 1)
+RATIO_PRIOR = 4.0  # the copy ratio starts as if this many tokens had held as promised
 _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 
 
 @njit(cache=True)
-def copy_chances(parents, probs, count, fed, held, prior, scale, bins_out, out):
-    """``out[i]``: P(node i holds | its parent holds), from its share of the parent's
-    occurrences (``probs[i] / probs[parent]``, one of ``SHARE_BINS``) and its depth (one of
-    the groups ``COPY_DEPTHS`` ends): that bin's counts (``bins_out[i]``) after ``prior``
-    observations of the share's bin over every depth (``FIRST_TOKEN_PRIOR`` of it at depth
-    1), which itself starts at ``prior`` observations of ``scale x share`` (so a depth group
-    learns from the others until it has counts of its own)."""
+def copy_chances(parents, probs, count, match, fed, held, prior, ratio, bins_out, rates_out, out):
+    """``out[i]``: P(node i holds | its parent holds). Its context is ``match + depth - 1``
+    tokens (one of the groups ``CONTEXTS`` ends), its share ``probs[i] / probs[parent]`` (one
+    of ``SHARE_BINS``); its bin (``bins_out[i]``) is that share's in that group, and the bin's
+    counts start at ``prior`` observations of its prior rate (``rates_out[i]``:
+    ``CONTEXT_PRIORS[group] x share``) times ``ratio`` (at most 1)."""
     depth = np.empty(count, dtype=np.int64)
     for i in range(count):
         par = parents[i]
         depth[i] = 1 if par < 0 else depth[par] + 1
         group = 0
-        while group < len(COPY_DEPTHS) and depth[i] > COPY_DEPTHS[group]:
+        while group < len(CONTEXTS) and match + depth[i] - 1 > CONTEXTS[group]:
             group += 1
         share = probs[i] / probs[par] if par >= 0 else probs[i]
-        s = min(int(share * SHARE_BINS), SHARE_BINS - 1)
-        b, pooled = SHARE_BINS * group + s, COPY_DEPTH_BINS + s
-        bins_out[i] = b
-        shared = (held[pooled] + prior * scale * share) / (fed[pooled] + prior)
-        start = shared * FIRST_TOKEN_PRIOR if group == 0 else shared
-        out[i] = (held[b] + prior * start) / (fed[b] + prior)
+        b = SHARE_BINS * group + min(int(share * SHARE_BINS), SHARE_BINS - 1)
+        rate = CONTEXT_PRIORS[group] * share
+        bins_out[i], rates_out[i] = b, rate
+        out[i] = (held[b] + prior * min(rate * ratio, 1.0)) / (fed[b] + prior)
 
 
 @njit(cache=True)
-def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bin_a, bin_b):
+def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bins, rates):
     """Add ``rows`` (int64 ``[r, d]``, -1 ends a row) as paths from the root to the tree's
-    first ``count`` nodes (the arrays have room). A row's node at depth d (from 0) learns
-    into bin ``first_bin + d``, whose chance is ``chances[bin]``; a node the tree already
-    has keeps the better chance and the second bin (``bin_b``). Returns the new count."""
+    first ``count`` nodes (the arrays have room). A new node at depth d (from 0) learns into
+    bin ``first_bin + d``, whose chance is ``chances[bin]``; a node the tree already has keeps
+    its bin and the better chance. Returns the new count."""
     for r in range(rows.shape[0]):
         cur = -1
         for d in range(rows.shape[1]):
@@ -98,11 +98,9 @@ def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bin_a, bi
                 node = count
                 count += 1
                 tokens[node], parents[node], cond[node] = t, cur, chances[b]
-                bin_a[node], bin_b[node] = b, -1
+                bins[node], rates[node] = b, 0.0
             else:
                 cond[node] = max(cond[node], chances[b])
-                if bin_a[node] != b and bin_b[node] < 0:
-                    bin_b[node] = b
             cur = node
     return count
 
@@ -133,7 +131,7 @@ def choose(parents, cond, count, costs, overhead, fill, keep):
 
 
 @njit(cache=True)
-def compact(keep, count, tokens, parents, bin_a, bin_b, out_t, out_p, out_a, out_b):
+def compact(keep, count, tokens, parents, bins, rates, out_t, out_p, out_b, out_r):
     """The kept nodes in their order into ``out_*``, parents renumbered; returns how many."""
     renumber = np.full(count, -1, dtype=np.int64)
     n = 0
@@ -142,7 +140,7 @@ def compact(keep, count, tokens, parents, bin_a, bin_b, out_t, out_p, out_a, out
             par = parents[i]
             renumber[i] = n
             out_t[n], out_p[n] = tokens[i], renumber[par] if par >= 0 else -1
-            out_a[n], out_b[n] = bin_a[i], bin_b[i]
+            out_b[n], out_r[n] = bins[i], rates[i]
             n += 1
     return n
 
@@ -150,16 +148,16 @@ def compact(keep, count, tokens, parents, bin_a, bin_b, out_t, out_p, out_a, out
 @njit(cache=True)
 def chances_of(fed, held, prior, prior_rates, scale, out):
     """``out[b]``: bin b's chance of holding, its counts after ``prior`` observations of its
-    prior rate times ``scale``."""
+    prior rate times ``scale`` (at most 1)."""
     for b in range(fed.shape[0]):
-        out[b] = (held[b] + prior * scale * prior_rates[b]) / (fed[b] + prior)
+        out[b] = (held[b] + prior * min(scale * prior_rates[b], 1.0)) / (fed[b] + prior)
 
 
 @njit(cache=True)
-def record(tokens, parents, bin_a, bin_b, count, appended, fed, held):
-    """Each node whose parent held (the root always does) counts as fed in its bins, and as
+def record(tokens, parents, bins, rates, count, appended, fed, held, promised):
+    """Each node whose parent held (the root always does) counts as fed in its bin, and as
     held where its path is a prefix of ``appended`` (the tokens the step appended); a copy
-    node's depth bin counts in its share's bin over every depth too."""
+    node's prior rate (``rates``) adds to what copies were ``promised`` (``[1]``)."""
     ok = np.zeros(count, dtype=np.bool_)
     depth = np.empty(count, dtype=np.int64)
     for i in range(count):
@@ -168,10 +166,10 @@ def record(tokens, parents, bin_a, bin_b, count, appended, fed, held):
         if par >= 0 and not ok[par]:
             continue
         ok[i] = depth[i] <= appended.shape[0] and appended[depth[i] - 1] == tokens[i]
-        for b in (bin_a[i], bin_b[i], COPY_DEPTH_BINS + bin_a[i] % SHARE_BINS if bin_a[i] < COPY_DEPTH_BINS else -1):
-            if b >= 0:
-                fed[b] += 1.0
-                held[b] += 1.0 if ok[i] else 0.0
+        fed[bins[i]] += 1.0
+        held[bins[i]] += 1.0 if ok[i] else 0.0
+        if bins[i] < COPY_BINS:
+            promised[0] += rates[i]
 
 
 class DraftBudget:
@@ -200,6 +198,7 @@ class DraftBudget:
         self.prior_scale = 1.0
         bins = COPY_BINS + len(self.row_sources) * depth
         self.fed, self.held = np.zeros(bins), np.zeros(bins)
+        self.promised = np.zeros(1)  # the prior rates of the copy nodes counted as fed
         rates = [np.array([first] + [later] * (depth - 1)) for _, first, later in self.row_sources]
         self.prior_rates = np.concatenate([np.zeros(COPY_BINS), *rates])
         self._names = ("copy",) * COPY_BINS + tuple(name for name in names for _ in range(depth))
@@ -212,6 +211,12 @@ class DraftBudget:
         """Each row bin's chance, from its counts and its prior."""
         chances_of(self.fed, self.held, self.prior, self.prior_rates, self.prior_scale, self._chances)
 
+    @property
+    def copy_ratio(self) -> float:
+        """What the copy nodes held over what their prior rates promised, from
+        ``RATIO_PRIOR`` tokens that held as promised."""
+        return (self.held[:COPY_BINS].sum() + RATIO_PRIOR) / (self.promised[0] + RATIO_PRIOR)
+
     def scale_priors(self, scale: float) -> None:
         """Scale every bin's prior rate by ``scale`` (in [0, 1]): the rule's ceiling, the chance
         that a guess of the likeliest token holds (1 under greedy; see ``verify.SamplingRule``).
@@ -221,11 +226,15 @@ class DraftBudget:
             self._update()
 
     def _room(self, cap: int):
-        """Candidates (tokens, parents, bin_a, bin_b, chance, keep) and the fed nodes (tokens,
-        parents, bin_a, bin_b, depths, leaves), each array of at least ``cap``."""
+        """Candidates (tokens, parents, bins, rates, chance, keep) and the fed nodes (tokens,
+        parents, bins, rates, depths, leaves), each array of at least ``cap``."""
         if self._arrays is None or self._arrays[0][0].shape[0] < cap:
-            ints = [np.empty(cap, dtype=np.int64) for _ in range(10)]
-            self._arrays = ((*ints[:4], np.empty(cap), np.empty(cap, dtype=np.bool_)), tuple(ints[4:]))
+
+            def ints():
+                return np.empty(cap, dtype=np.int64)
+
+            candidates = (ints(), ints(), ints(), np.empty(cap), np.empty(cap), np.empty(cap, dtype=np.bool_))
+            self._arrays = (candidates, (ints(), ints(), ints(), np.empty(cap), ints(), ints()))
         return self._arrays
 
     def plan(
@@ -235,41 +244,42 @@ class DraftBudget:
         for none) and the source of each row.
 
         Args:
-            copy: the copy guess's tree ``(tokens, parents, probs)`` (see
-                ``suffix_kernels.grow_tree``), or None.
+            copy: the copy guess's tree ``(tokens, parents, probs, match)`` (see
+                ``drafts.CopyDrafter.tree``), or None.
             rows: ``(row source index, int64 [r, d] rows)`` per source that found any.
             fill: feed at least this many nodes where there are as many (see :meth:`refill`).
         """
         count = copy[0].shape[0] if copy is not None else 0
-        (tokens, parents, bin_a, bin_b, cond, _), _ = self._room(count + sum(r.size for _, r in rows))
+        (tokens, parents, bins, rates, cond, _), _ = self._room(count + sum(r.size for _, r in rows))
         if count:
-            prior = COPY_PRIOR * self.prior_scale
-            copy_chances(copy[1], copy[2], count, self.fed, self.held, self.prior, prior, bin_a, cond)
-            tokens[:count], parents[:count], bin_b[:count] = copy[0], copy[1], -1
+            ratio = self.copy_ratio * self.prior_scale
+            copy_chances(copy[1], copy[2], count, copy[3], self.fed, self.held, self.prior, ratio, bins, rates, cond)
+            tokens[:count], parents[:count] = copy[0], copy[1]
         for source, part in rows:
             first = COPY_BINS + source * self.depth
-            count = merge_rows(part, first, self._chances, count, tokens, parents, cond, bin_a, bin_b)
+            count = merge_rows(part, first, self._chances, count, tokens, parents, cond, bins, rates)
         self._count = count
         return self.refill(fill)
 
     def refill(self, fill: int) -> tuple[np.ndarray, tuple[str, ...]]:
         """The last plan's draft chosen again, at least ``fill`` nodes where its candidates
         have as many: a batch row whose step is padded to a wider row's feeds them for free."""
-        (tokens, parents, bin_a, bin_b, cond, keep), fed = self._room(0)
+        (tokens, parents, bins, rates, cond, keep), fed = self._room(0)
         count = self._count
         n = choose(parents, cond, count, self.costs, self.overhead, fill, keep) if count else 0
-        self._n = n = compact(keep, count, tokens, parents, bin_a, bin_b, *fed[:4]) if n else 0
+        self._n = n = compact(keep, count, tokens, parents, bins, rates, *fed[:4]) if n else 0
         if not n:
             return _NO_ROWS, ()
-        out_t, out_p, out_a, _, depths, leaves = (a[:n] for a in fed)
+        out_t, out_p, out_b, _, depths, leaves = (a[:n] for a in fed)
         rows = tree_rows(out_t, out_p, n, depths, leaves)
-        return rows, tuple(self._names[b] for b in out_a[leaves[: rows.shape[0]]].tolist())
+        return rows, tuple(self._names[b] for b in out_b[leaves[: rows.shape[0]]].tolist())
 
     def learn(self, appended) -> None:
         """Count the last plan's nodes in their bins with what the step appended (in order)."""
         if not self._n:
             return
-        tokens, parents, bin_a, bin_b = self._arrays[1][:4]
-        record(tokens, parents, bin_a, bin_b, self._n, np.asarray(appended, dtype=np.int64), self.fed, self.held)
+        tokens, parents, bins, rates = self._arrays[1][:4]
+        appended = np.asarray(appended, dtype=np.int64)
+        record(tokens, parents, bins, rates, self._n, appended, self.fed, self.held, self.promised)
         self._n = 0
         self._update()

@@ -44,25 +44,26 @@ class CopyDrafter:
         history = self.history() if self.history is not None else ()
         return [("history", index) for index in history] + [("corpus", self.corpus)]
 
-    def tree(self, text: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def tree(self, text: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The best scope's tree for the text so far (int64 ``[n]``): ``(tokens, parents,
-        probs)`` of its nodes, best first (see ``suffix_kernels.grow_tree``); views valid
-        until the next call."""
+        probs)`` of its nodes, best first (see ``suffix_kernels.grow_tree``; views valid
+        until the next call), and the match length it grew from (the text's last tokens that
+        precede each occurrence)."""
         args = (MAX_OCCURRENCES, self.max_nodes, self.max_nodes, SPEC_FACTOR, SPEC_OFFSET, self.min_prob)
-        count, expected, _ = suffix_kernels.text_draft(text, 1, self.max_match, *args, *self._best)
+        count, expected, match = suffix_kernels.text_draft(text, 1, self.max_match, *args, *self._best)
         self.scope = "text" if count else None
         for name, index in self._indexes():
             if index is None or not len(index):
                 continue
-            n, e, _ = suffix_kernels.index_draft(index.text, index.sa, text, 1, self.max_match, *args, *self._out)
+            n, e, m = suffix_kernels.index_draft(index.text, index.sa, text, 1, self.max_match, *args, *self._out)
             if e > expected:
-                count, expected, self.scope = n, e, name
+                count, expected, match, self.scope = n, e, m, name
                 for best, out in zip(self._best, self._out):
                     best[:n] = out[:n]
-        return tuple(a[:count] for a in self._best)
+        return (*(a[:count] for a in self._best), match)
 
     def propose(self, text: np.ndarray) -> np.ndarray:
         """The whole tree as rows (int64 ``[rows, depth]``, -1 padded; ``[0, 0]`` for none)."""
-        tokens, parents, _ = self.tree(text)
+        tokens, parents, _, _ = self.tree(text)
         n = tokens.shape[0]
         return suffix_kernels.tree_rows(tokens, parents, n, np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead import budget
-from lookahead.budget import COPY_BINS, COPY_DEPTH_BINS, COPY_PRIOR, FIRST_TOKEN_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.budget import CONTEXT_PRIORS, COPY_BINS, RATIO_PRIOR, SHARE_BINS, DraftBudget
 from lookahead.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
@@ -48,36 +48,37 @@ def paths(toks, parents) -> dict[tuple[int, ...], int]:
 @given(tree=trees(), rows=st.lists(st.lists(tokens, min_size=1, max_size=4), max_size=3), data=st.data())
 def test_merge_rows_adds_each_row_as_a_path(tree, rows, data):
     """After the merge every earlier node and every row prefix is a path; a node on a row's
-    path keeps the better of its chance and the row's bin's; new nodes learn into the row's bin."""
+    path keeps the better of its chance and the row's bin's, and its own bin; new nodes
+    learn into the bin of the first row that made them."""
     toks, parents = tree
     n = len(toks)
     cap = n + 4 * len(rows)
     t, p = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
-    cond, bin_a, bin_b = np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
-    t[:n], p[:n], bin_a[:n], bin_b[:n] = toks, parents, 0, -1
+    cond, bins, rates = np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap)
+    t[:n], p[:n], bins[:n], rates[:n] = toks, parents, 0, 0.5
     cond[:n] = data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)) if n else []
     before = cond[:n].copy()
     chances = np.linspace(0.1, 0.9, COPY_BINS + 4)
     grid = np.full((len(rows), 4), -1, dtype=np.int64)
     for r, row in enumerate(rows):
         grid[r, : len(row)] = row
-    count = budget.merge_rows(grid, COPY_BINS, chances, n, t, p, cond, bin_a, bin_b)
+    count = budget.merge_rows(grid, COPY_BINS, chances, n, t, p, cond, bins, rates)
     got = paths(t[:count], p[:count])
     assert len(got) == count  # no path twice: shared prefixes were shared
     assert set(paths(toks, parents)) <= set(got)
     row_bins = {}
     for row in rows:
         for d in range(len(row)):
-            row_bins.setdefault(tuple(row[: d + 1]), set()).add(COPY_BINS + d)
+            row_bins.setdefault(tuple(row[: d + 1]), COPY_BINS + d)
     assert set(got) == set(paths(toks, parents)) | set(row_bins)
     for path, node in got.items():
         if path in row_bins:
-            best = max(chances[b] for b in row_bins[path])
-            want = max(before[node], best) if node < n else best
+            want = max(before[node], chances[row_bins[path]]) if node < n else chances[row_bins[path]]
             assert cond[node] == pytest.approx(want)
-            assert {bin_a[node], bin_b[node]} - {-1, 0} <= row_bins[path]
+            assert bins[node] == (0 if node < n else row_bins[path])
+            assert rates[node] == (0.5 if node < n else 0.0)
         else:
-            assert cond[node] == before[node]
+            assert cond[node] == before[node] and bins[node] == 0
 
 
 def reference_choice(parents, cond, costs, overhead):
@@ -125,35 +126,36 @@ def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token):
 @settings(max_examples=200)
 @given(tree=trees(), appended=st.lists(tokens, min_size=1, max_size=6))
 def test_record_counts_nodes_whose_parent_held(tree, appended):
-    """A node counts as fed where its parent held (or it hangs off the root), and as held
-    where its path is a prefix of what the step appended; in each of its bins, a copy depth
-    bin's share over every depth too."""
+    """A node counts as fed in its bin where its parent held (or it hangs off the root), and
+    as held where its path is a prefix of what the step appended; a copy node fed so adds
+    its prior rate to what copies were promised."""
     toks, parents = tree
     n = len(toks)
     size = COPY_BINS + 3
     kinds = np.array([3, SHARE_BINS + 7, COPY_BINS, COPY_BINS + 1], dtype=np.int64)  # two copy bins, two row bins
-    bin_a = kinds[np.arange(n) % 4]
-    bin_b = np.where(np.arange(n) % 2 == 0, COPY_BINS + 2, -1).astype(np.int64)
-    fed, held = np.zeros(size), np.zeros(size)
-    budget.record(toks, parents, bin_a, bin_b, n, np.array(appended, dtype=np.int64), fed, held)
-    want_fed, want_held = np.zeros(size), np.zeros(size)
+    bins = kinds[np.arange(n) % 4]
+    rates = np.linspace(0.1, 0.9, n)
+    fed, held, promised = np.zeros(size), np.zeros(size), np.zeros(1)
+    budget.record(toks, parents, bins, rates, n, np.array(appended, dtype=np.int64), fed, held, promised)
+    want_fed, want_held, want_promised = np.zeros(size), np.zeros(size), 0.0
     for path, node in paths(toks, parents).items():
         if tuple(appended[: len(path) - 1]) != path[:-1]:
             continue  # its parent did not hold
-        shared = COPY_DEPTH_BINS + bin_a[node] % SHARE_BINS if bin_a[node] < COPY_DEPTH_BINS else -1
-        for b in (bin_a[node], bin_b[node], shared):
-            if b >= 0:
-                want_fed[b] += 1
-                want_held[b] += tuple(appended[: len(path)]) == path
+        want_fed[bins[node]] += 1
+        want_held[bins[node]] += tuple(appended[: len(path)]) == path
+        want_promised += rates[node] if bins[node] < COPY_BINS else 0.0
     assert fed.tolist() == want_fed.tolist() and held.tolist() == want_held.tolist()
+    assert promised[0] == pytest.approx(want_promised)
 
 
-def chain(n: int, share: float = 1.0):
-    """A copy tree: one chain of n nodes, each holding ``share`` of its parent's occurrences."""
+def chain(n: int, share: float = 1.0, match: int = 1):
+    """A copy tree: one chain of n nodes, each holding ``share`` of its parent's occurrences,
+    grown from a match of ``match`` tokens."""
     return (
         np.arange(10, 10 + n, dtype=np.int64),
         np.arange(-1, n - 1, dtype=np.int64),
         share ** np.arange(1, n + 1, dtype=np.float64),
+        match,
     )
 
 
@@ -182,11 +184,10 @@ def test_bins_learn_what_held():
         plan.plan(chain(3), [])
         plan.learn([99])  # the first node missed
     assert plan.plan(chain(3), [])[0].shape[0] == 0
-    b = SHARE_BINS - 1  # share 1.0, depth 1
+    b = SHARE_BINS - 1  # share 1.0, a context of one token
     assert 1 <= plan.fed[b] < 30 and plan.held[b] == 0  # it stopped being fed
-    assert plan.fed[COPY_DEPTH_BINS + b] == plan.fed[b]  # counted in its share's bin over every depth too
-    # a half share was never seen: its prior holds
-    assert plan.fed[5] == 0
+    assert plan.copy_ratio < 1  # and every copy bin's prior fell with it
+    assert plan.fed[5] == 0  # a half share was never seen
     rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
     for _ in range(30):
         plan.plan(None, rows)
@@ -204,23 +205,48 @@ def test_bins_learn_what_held():
     assert plan.fed[first_key_bin + 1] == 0  # its second token was never reached
 
 
-def test_a_copy_node_starts_from_its_share_in_its_depth_group():
-    """Before anything is learnt, a copy node's chance is ``COPY_PRIOR x share`` (times
-    ``FIRST_TOKEN_PRIOR`` at depth 1); its bin is its share's within its depth's group (depth
-    1, 2-3, 4 and deeper), which starts from what that share's bin over every depth has learnt."""
-    toks, parents, probs = chain(5, 0.5)
-    cond, bins = np.empty(5), np.empty(5, dtype=np.int64)
+def test_a_copy_node_starts_from_its_share_in_its_context_group():
+    """Before anything is learnt, a copy node's chance is ``CONTEXT_PRIORS[group] x share``
+    times the copy ratio (at most 1), its group the one its context falls in (the match
+    length plus its depth less one: groups 1, 2-3, 4-7, 8 and more), its bin that share's
+    within the group; what a bin learnt outweighs its prior."""
+    toks, parents, probs, _ = chain(5, 0.5)
+    cond, bins, rates = np.empty(5), np.empty(5, dtype=np.int64), np.empty(5)
     fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
-    budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
-    assert cond.tolist() == pytest.approx([COPY_PRIOR * 0.5 * FIRST_TOKEN_PRIOR] + [COPY_PRIOR * 0.5] * 4)
-    assert bins.tolist() == [5, SHARE_BINS + 5, SHARE_BINS + 5, 2 * SHARE_BINS + 5, 2 * SHARE_BINS + 5]
-    fed[SHARE_BINS + 5], held[SHARE_BINS + 5] = 10.0, 10.0  # depths 2-3 at share 0.5 always held
-    fed[COPY_DEPTH_BINS + 5], held[COPY_DEPTH_BINS + 5] = 10.0, 10.0  # and so over every depth
-    budget.copy_chances(parents, probs, 5, fed, held, 2.0, COPY_PRIOR, bins, cond)
-    shared = (10 + 2 * COPY_PRIOR * 0.5) / 12
-    assert cond[1] == cond[2] == pytest.approx((10 + 2 * shared) / 12)
-    assert cond[3] == pytest.approx(shared)  # unseen depth groups start from the shared bin
-    assert cond[0] == pytest.approx(shared * FIRST_TOKEN_PRIOR)  # the first token from less of it
+    budget.copy_chances(parents, probs, 5, 2, fed, held, 2.0, 1.0, bins, rates, cond)  # contexts 2-6
+    want = [CONTEXT_PRIORS[1] * 0.5] * 2 + [CONTEXT_PRIORS[2] * 0.5] * 3
+    assert cond.tolist() == pytest.approx(want) and rates.tolist() == pytest.approx(want)
+    assert bins.tolist() == [SHARE_BINS + 5] * 2 + [2 * SHARE_BINS + 5] * 3
+    budget.copy_chances(parents, probs, 5, 8, fed, held, 2.0, 0.5, bins, rates, cond)  # contexts 8-12
+    assert bins.tolist() == [3 * SHARE_BINS + 5] * 5
+    assert cond.tolist() == pytest.approx([CONTEXT_PRIORS[3] * 0.5 * 0.5] * 5)  # a ratio of 0.5 halves it
+    budget.copy_chances(parents, probs, 5, 8, fed, held, 2.0, 4.0, bins, rates, cond)
+    assert cond.tolist() == pytest.approx([1.0] * 5)  # a chance is at most 1
+    fed[3 * SHARE_BINS + 5], held[3 * SHARE_BINS + 5] = 10.0, 0.0  # that bin never held
+    budget.copy_chances(parents, probs, 5, 8, fed, held, 2.0, 1.0, bins, rates, cond)
+    assert cond[0] == pytest.approx(2 * CONTEXT_PRIORS[3] * 0.5 / 12)
+
+
+def test_the_copy_ratio_moves_every_copy_bin():
+    """Where one copy bin's nodes miss, the copy ratio falls from 1 and so does the chance of
+    a bin never fed; where they hold more than promised it rises."""
+    costs = CostCurve.linear(0.05)
+    plan = DraftBudget(8, costs, 0.0, POOL, 4)
+    assert plan.copy_ratio == 1.0
+    for _ in range(10):
+        plan.plan(chain(1, match=8), [])
+        plan.learn([99])
+    assert plan.copy_ratio == pytest.approx(RATIO_PRIOR / (RATIO_PRIOR + plan.promised[0]))
+    assert plan.promised[0] == pytest.approx(CONTEXT_PRIORS[3] * plan.fed[3 * SHARE_BINS + 9])
+    low = plan.copy_ratio
+    plan.plan(chain(1, match=2), [])  # an unseen bin
+    chance = plan._arrays[0][4][0]
+    assert chance == pytest.approx(CONTEXT_PRIORS[1] * low)
+    rising = DraftBudget(8, costs, 0.0, POOL, 4)
+    for _ in range(10):
+        rising.plan(chain(1), [])  # promised half a token each time
+        rising.learn([10, 5])
+    assert rising.copy_ratio > 1.5
 
 
 def test_scaled_priors_feed_less_until_the_bins_learn():
@@ -251,5 +277,5 @@ def test_refill_feeds_free_room_with_the_likeliest_nodes():
     got, origins = plan.refill(4)
     assert got.tolist() == [[10, 11, 12], [40, -1, -1]] and origins == ("copy", "pool")
     plan.learn([10, 11, 99])
-    assert plan.fed[:COPY_DEPTH_BINS].sum() == 3 and plan.held[:COPY_DEPTH_BINS].sum() == 2
+    assert plan.fed[:COPY_BINS].sum() == 3 and plan.held[:COPY_BINS].sum() == 2
     assert plan.refill(100)[0].size and plan.refill(0)[0].shape[0] == 0  # capped, and back to none
