@@ -76,7 +76,7 @@ class LookaheadConfig:
     pool_capacity: int = 1 << 14
     context_tokens: int = 2
     prompt_ngrams: bool = True
-    copy_length: int = 24
+    copy_length: int = 16
     copy_match: int = 16
     copy_min_prob: float = 0.1
     successors: int = 2
