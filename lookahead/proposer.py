@@ -33,10 +33,11 @@ _NO_CHAIN = np.zeros(0, dtype=np.int64)
 # the row sources of the draft budget, with the prior rates of a row's first token and of
 # its later ones: what the embedded model held on HumanEval and grounded prompts with merged
 # nodes counted (0.5 and 0.85 for the pool's context-pair rows, 0.25 and 0.45 for its key
-# rows, which is why they learn apart), well above what a row holds where the copy tree does
-# not propose the same token (0.1-0.2, then 0.3-0.5: such a node learns in the row's bin, a
-# merged one in the copy's). Priors that low (0.15 and 0.5) measured no better (from 2%
-# worse to 1% better over curves and prompt sets), so a fresh request still tries rows
+# rows, which is why they learn apart), well above what a row holds where no other source
+# proposes the same token (0.1-0.2, then 0.3-0.5: only such nodes learn in a row's bin; a
+# merged node learns in the bin of the source that proposed it first). Priors that low (0.15
+# and 0.5) measured from 4% worse to 1.3% better over curves and prompt sets, so a fresh
+# request still tries rows at these
 POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
 SUCCESSOR_SOURCE = (("successors", 0.3, 0.6),)
 
