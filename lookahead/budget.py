@@ -148,9 +148,9 @@ def compact(keep, count, tokens, parents, bins, rates, out_t, out_p, out_b, out_
 @njit(cache=True)
 def chances_of(fed, held, prior, prior_rates, scale, out):
     """``out[b]``: bin b's chance of holding, its counts after ``prior`` observations of its
-    prior rate times ``scale`` (at most 1)."""
+    prior rate times ``scale``."""
     for b in range(fed.shape[0]):
-        out[b] = (held[b] + prior * min(scale * prior_rates[b], 1.0)) / (fed[b] + prior)
+        out[b] = (held[b] + prior * scale * prior_rates[b]) / (fed[b] + prior)
 
 
 @njit(cache=True)
