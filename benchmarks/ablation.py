@@ -77,8 +77,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lookahead import loading
     from lookahead.bench import methods, prompts, report, runner
+    from lookahead.checking import loading
     from lookahead.cli.options import prepare_torch
 
     prepare_torch(args.threads)

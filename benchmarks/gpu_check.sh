@@ -38,7 +38,7 @@ step check-sample-fp32 120 python -m lookahead check --device cuda --dtype float
 step costs 150 python - <<'PY'
 import json, torch, transformers as tf
 import lookahead
-from lookahead.costmodel import calibrate
+from lookahead.step.costmodel import calibrate
 out = {}
 model, _ = lookahead.load_default_model(device="cuda")
 out["pycoder-tiny fp32"] = calibrate(model)

@@ -20,7 +20,7 @@
 #
 # Environment: MUTATION_DIR, MUTATION_CHILDREN (parallel workers, default 2),
 # MUTATION_TIMEOUT (seconds per module and call, 0 = none), MUTANTS (mutmut names or patterns,
-# space-separated, e.g. 'lookahead.kernels.x_merge_trie*', to (re)test only those mutants of a
+# space-separated, e.g. 'lookahead.drafts.kernels.x_merge_trie*', to (re)test only those mutants of a
 # single module: after adding tests, rerun the survivors this way).
 #
 # Changing a module's test selection (tests_for) makes mutmut reset all its verdicts. Adding
@@ -41,6 +41,17 @@ command -v mutmut >/dev/null || { echo "mutmut not found: pip install mutmut" >&
 
 # The fast test selection per module: the tests written against that module's behaviour,
 # a few seconds to a minute each (pytest arguments, relative to the repository root).
+# Each module's file under lookahead/.
+path_of() {
+  case "$1" in
+    verify) echo "verify/rules.py" ;;
+    mask | cache | decode | batch) echo "step/$1.py" ;;
+    tree | kernels) echo "drafts/$1.py" ;;
+    api) echo "api.py" ;;
+    *) echo "unknown module: $1 (one of: ${ALL[*]})" >&2; return 1 ;;
+  esac
+}
+
 tests_for() {
   case "$1" in
     verify) echo "tests/unit/test_verify.py tests/unit/test_trie.py tests/unit/test_stopping.py::test_user_criterion_fires_before_the_stop_string tests/contract/test_compat.py::test_return_dict_with_scores_and_logits tests/contract/test_compat.py::test_user_logits_processor tests/contract/test_sampling.py::test_same_seed_same_output_whatever_the_shape" ;;
@@ -58,7 +69,7 @@ tests_for() {
 # Write the copy's [tool.mutmut] section: the repository's settings, this module only, its tests.
 configure() {
   local module="$1" dir="$2"
-  python - "$dir/pyproject.toml" "lookahead/$module.py" $(tests_for "$module") <<'PY'
+  python - "$dir/pyproject.toml" "lookahead/$(path_of "$module")" $(tests_for "$module") <<'PY'
 import json, re, sys, tomllib
 path, target, tests = sys.argv[1], sys.argv[2], sys.argv[3:]
 text = open(path).read()
@@ -105,18 +116,18 @@ for name in ("lookahead", "tests"):
 shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
 PY
   if [ "$module" = kernels ]; then
-    sed -i -E '/^@njit/d' "$dir/lookahead/kernels.py"
+    sed -i -E '/^@njit/d' "$dir/lookahead/drafts/kernels.py"
   fi
   configure "$module" "$dir"
   selection="$(tests_for "$module")"
-  meta="$dir/mutants/lookahead/$module.py.meta"
+  meta="$dir/mutants/lookahead/$(path_of "$module").meta"
   kept=""
   if [ "${MUTATION_KEEP_KILLS:-1}" = 1 ] && [ -f "$meta" ] && [ -f "$dir/.selection" ] \
      && [ "$(cat "$dir/.selection")" != "$selection" ]; then
     kept="$dir/.verdicts-before.json"
     cp "$meta" "$kept"
   fi
-  echo "== $module: mutating lookahead/$module.py against: $selection"
+  echo "== $module: mutating lookahead/$(path_of "$module") against: $selection"
   (
     cd "$dir"
     export HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_DISABLE_JIT=1
@@ -124,7 +135,7 @@ PY
       echo "   the test selection changed: keeping the kills of unchanged functions"
       first="$(python -c 'import json,sys; m=json.load(open(sys.argv[1])); print(next(k for k,v in m["exit_code_by_key"].items() if v in (1,3)))' "$kept")"
       mutmut run --max-children 1 "$first" >/dev/null 2>&1 || true   # resets, maps the new tests
-      python - "$kept" "mutants/lookahead/$module.py.meta" <<'PY'
+      python - "$kept" "mutants/lookahead/$(path_of "$module").meta" <<'PY'
 import json, sys
 old, new = (json.load(open(p)) for p in sys.argv[1:])
 fn = lambda key: key.rsplit("__mutmut_", 1)[0]

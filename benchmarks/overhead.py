@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import lookahead
-from lookahead.pool import NgramPool
+from lookahead.drafts.pool import NgramPool
 
 
 def pool_costs(ngram: int, guesses: int, vocab: int, calls: int = 20000) -> tuple[float, float]:

@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     import torch
 
     import lookahead
-    from lookahead import loading
     from lookahead.bench import methods, prompts
+    from lookahead.checking import loading
     from lookahead.cli.options import prepare_torch
 
     prepare_torch(args.threads)

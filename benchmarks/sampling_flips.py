@@ -4,7 +4,7 @@
 For each of the first N HumanEval prompts, with seed = the prompt's index, run
 ``torch.manual_seed(seed); model.generate(do_sample=True, ...)`` and the same with
 ``lookahead.generate``, compare token for token, and at a first difference measure the race gap
-(``lookahead.race.race_gap``): under ``TIE_GAP`` it is a rounding flip, above it a bug.
+(``lookahead.verify.race.race_gap``): under ``TIE_GAP`` it is a rounding flip, above it a bug.
 
     python benchmarks/sampling_flips.py --limit 100 --max-new-tokens 128 --temperature 1.0 --top-p 0.95
 """
@@ -19,7 +19,7 @@ import torch
 
 import lookahead
 from lookahead.bench.prompts import humaneval_prompts
-from lookahead.race import TIE_GAP, race_gap, warpers
+from lookahead.verify.race import TIE_GAP, race_gap, warpers
 
 
 def main(argv=None) -> int:

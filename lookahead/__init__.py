@@ -5,14 +5,14 @@ what it returns, token for token, in fewer forward passes.
 """
 
 from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
-from lookahead.attention import register_attention
 from lookahead.config import LookaheadConfig
-from lookahead.costmodel import CostCurve
 from lookahead.default_model import default_model_path, load_default_model
+from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.suffix import SuffixIndex
 from lookahead.export import export_custom_generate
-from lookahead.pool import NgramPool
 from lookahead.stats import LookaheadStats
-from lookahead.suffix import SuffixIndex
+from lookahead.step.attention import register_attention
+from lookahead.step.costmodel import CostCurve
 from lookahead.support import Unsupported
 
 __all__ = [

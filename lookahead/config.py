@@ -44,7 +44,7 @@ class LookaheadConfig:
             text's end where it occurred before (in the prompt and output so far, in earlier
             requests kept by a pool, in a corpus index), each node scored by the share of the
             occurrences that continued with it, and fed as far as it pays for its forward
-            cost (``lookahead/drafts.py``). 0 turns it off.
+            cost (``lookahead/drafts/copy_drafter.py``). 0 turns it off.
         copy_match: the longest suffix of the text the copy guess matches; every match
             length up to it is tried and the draft expecting the most tokens wins.
         copy_min_prob: nodes followed by less than this share of their match's occurrences

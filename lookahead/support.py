@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lookahead import attention
+from lookahead.step import attention
 
 # Families whose attention was checked (by the property tests) to honour a custom additive
 # 4D mask with explicit positions under both eager and sdpa (gemma2: eager only).
@@ -108,3 +108,28 @@ def _probe_logits(model) -> tuple[torch.Tensor, torch.Tensor]:
         .float()
     )
     return plain, step
+
+
+def plain_generate(
+    model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, stats, **model_kwargs
+):
+    """Plain decoding with transformers' own loop, for models lookahead cannot serve: what
+    ``generate`` returns, with ``stats`` counting one forward per new token."""
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    out = type(model)._sample(
+        model,
+        input_ids,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+        generation_config=generation_config,
+        streamer=streamer,
+        **model_kwargs,
+    )
+    sequences = out if isinstance(out, torch.Tensor) else out.sequences
+    stats.fallback = True
+    new_tokens = sequences.shape[1] - input_ids.shape[1]
+    stats.new_tokens += new_tokens * sequences.shape[0]
+    stats.forwards += new_tokens
+    stats.row_forwards += new_tokens * sequences.shape[0]
+    return out

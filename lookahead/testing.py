@@ -195,7 +195,7 @@ def _special_ids(model) -> set[int]:
 def model_token_ids(model, tokenizer) -> st.SearchStrategy[int]:
     """The tokenizer's ordinary ids; without a usable tokenizer every id below ``config.vocab_size``
     except the model's special ones."""
-    from lookahead.loading import has_vocabulary
+    from lookahead.checking.loading import has_vocabulary
 
     vocab_size = getattr(model.config, "vocab_size", None)
     if has_vocabulary(tokenizer, vocab_size):

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from lookahead.bench import probes
+from lookahead.checking.request import Request
 from lookahead.config import ENGINE_METHODS
-from lookahead.request import Request
 
 
 class MethodUnavailable(RuntimeError):

@@ -14,8 +14,8 @@ from tqdm.auto import tqdm
 
 from lookahead.bench import methods
 from lookahead.bench.prompts import Prompt
-from lookahead.exactness import first_difference
-from lookahead.race import TIE_GAP, race_gap
+from lookahead.checking.exactness import first_difference
+from lookahead.verify.race import TIE_GAP, race_gap
 
 WARMUP_TOKENS = 16
 
@@ -206,7 +206,7 @@ def _measure_ties(
 ) -> None:
     """Set ``tie_margin`` of each mismatched record at its first differing token, from one
     forward of that row's prompt and baseline tokens: greedy's top-2 logit gap, or (sampling)
-    the race gap between the two tokens under the round's seed (``lookahead.race``)."""
+    the race gap between the two tokens under the round's seed (``lookahead.verify.race``)."""
     reference = next((r for r in row if r.label == baseline), None)
     for record in row:
         if record is reference or reference is None or record.first_mismatch is None:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, fields
 import torch
 
 import lookahead
-from lookahead import loading
+from lookahead.checking import loading
+from lookahead.checking.exactness import EXIT_MISMATCH, EXIT_OK, first_difference, full_precision
+from lookahead.checking.exactness import dtype_name as _dtype_name
 from lookahead.config import LookaheadConfig
-from lookahead.exactness import EXIT_MISMATCH, EXIT_OK, first_difference, full_precision
-from lookahead.exactness import dtype_name as _dtype_name
-from lookahead.race import TIE_GAP, gap, race
+from lookahead.verify.race import TIE_GAP, gap, race
 
 NEAR_TIE_STEPS = 8.0  # margins within this many rounding steps of the score are reported as near-ties
 
@@ -51,7 +51,7 @@ class Mismatch:
     top_score: float | None = None
     error: str | None = None
     seed: int | None = None  # sampling: the torch seed both decodings ran under
-    race_gap: float | None = None  # sampling: the two tokens' gap in the seeded race (lookahead.race)
+    race_gap: float | None = None  # sampling: the two tokens' gap in the seeded race (lookahead.verify.race)
 
 
 @dataclass
@@ -132,7 +132,7 @@ def run_check(
 
     With ``sample`` each case also draws sampling settings (temperature, top-k, top-p, min-p,
     typical-p) and a torch seed, and compares with ``model.generate(do_sample=True)`` under that
-    seed; a mismatch then reports the two tokens' gap in the seeded race (``lookahead.race``).
+    seed; a mismatch then reports the two tokens' gap in the seeded race (``lookahead.verify.race``).
 
     ``progress``, when given, is called with the number of runs so far after each run.
     Raises ``lookahead.Unsupported`` up front when lookahead cannot serve the model at all,

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from lookahead import attention
+from lookahead.step import attention
 
 DTYPES = {
     "float32": torch.float32,

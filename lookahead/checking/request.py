@@ -45,6 +45,6 @@ class Request:
 
     def warpers(self):
         """The processors ``generate`` builds for this sampling request."""
-        from lookahead.race import warpers
+        from lookahead.verify.race import warpers
 
         return warpers(self.temperature, self.top_p)

@@ -17,8 +17,8 @@ from dataclasses import asdict, replace
 import lookahead.cli.options as options
 from lookahead.bench import methods, report
 from lookahead.bench.runner import Variant
+from lookahead.checking.exactness import full_precision
 from lookahead.cli.options import EXIT_MISMATCH, EXIT_USAGE, UsageError
-from lookahead.exactness import full_precision
 
 DEFAULT_METHODS = ("greedy", "prompt-lookup", "lookahead")
 DEFAULT_LIMIT = 20
@@ -128,8 +128,8 @@ def select_methods(spec: str | None) -> list[str]:
 
 def setup(args):
     """Model, prompts and the base settings shared by all methods."""
-    from lookahead import loading
     from lookahead.bench import prompts
+    from lookahead.checking import loading
 
     model, tokenizer = options.load_model(args)
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
@@ -279,7 +279,8 @@ def _curve_used(args, model, labels, fields: dict) -> dict | None:
     """The cost curve adaptive lookahead priced its steps with (its memo, or the cache file
     it came from) and where it is kept; None where none priced them: no adaptive lookahead
     ran, or its steps ran compiled (their own bucketed curve) or sharded."""
-    from lookahead import costmodel, distributed
+    from lookahead import distributed
+    from lookahead.step import costmodel
 
     if "lookahead" not in labels or not fields.get("adaptive", True) or args.compile or distributed.is_sharded(model):
         return None

@@ -1,4 +1,4 @@
-"""``lookahead check``: the property check of ``lookahead.check`` on the user's own model, from the
+"""``lookahead check``: the property check of ``lookahead.checking.check`` on the user's own model, from the
 command line (the options, the progress counter, the report and its exit status)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import textwrap
 
 import lookahead
 import lookahead.cli.options as options
-from lookahead.check import report, run_check
+from lookahead.checking.check import report, run_check
+from lookahead.checking.loading import has_vocabulary
 from lookahead.cli.options import EXIT_CODES, UsageError
-from lookahead.loading import has_vocabulary
 
 EPILOG = f"""\
 examples:

@@ -13,12 +13,12 @@ import torch
 
 import lookahead
 import lookahead.cli.options as options
-from lookahead import loading
+from lookahead.checking import loading
+from lookahead.checking.exactness import first_difference, full_precision
+from lookahead.checking.request import Request
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
-from lookahead.exactness import first_difference, full_precision
-from lookahead.race import TIE_GAP, race_gap
-from lookahead.request import Request
-from lookahead.suffix import SuffixIndex
+from lookahead.drafts.suffix import SuffixIndex
+from lookahead.verify.race import TIE_GAP, race_gap
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing

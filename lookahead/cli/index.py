@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from lookahead.cli.options import EXIT_CODES, EXIT_OK, UsageError
-from lookahead.suffix import BYTES_PER_TOKEN, SuffixIndex
+from lookahead.drafts.suffix import BYTES_PER_TOKEN, SuffixIndex
 
 EPILOG = f"""\
 example:
@@ -99,7 +99,7 @@ def build(files: list[Path], tokenizer) -> tuple[SuffixIndex, dict]:
 
 
 def _tokenizer(model: str | None):
-    from lookahead import loading
+    from lookahead.checking import loading
     from lookahead.default_model import default_model_path
 
     path = model if model is not None else str(default_model_path())

@@ -3,7 +3,7 @@ declared once), their validation, the ``LookaheadConfig`` built from them, the m
 where output goes (``--json PATH``, ``-`` for stdout).
 
 Nothing here imports the benchmark harness (``lookahead.bench``): ``generate``, ``check`` and
-``export-custom-generate`` only need this module, ``lookahead.loading`` and the library.
+``export-custom-generate`` only need this module, ``lookahead.checking.loading`` and the library.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 import sys
 from dataclasses import fields as dataclass_fields
 
+from lookahead.checking.exactness import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE  # noqa: F401 - the commands take them from here
 from lookahead.config import ENGINE_METHODS
-from lookahead.exactness import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE  # noqa: F401 - the commands take them from here
 
 EXIT_CODES = "exit status: 0 ok, 1 mismatch (token ids differ from model.generate), 2 usage error"
 SHAPE_FIELDS = ("window", "ngram", "guesses")
@@ -185,7 +185,7 @@ def prepare_torch(threads: int | None) -> None:
 def load_model(args, need_tokenizer: bool = True):
     """``(model, tokenizer)`` as the model options say, in eval mode (``tokenizer`` is ``None``
     when the folder has none and the command does without: ``need_tokenizer=False``)."""
-    from lookahead import loading
+    from lookahead.checking import loading
 
     prepare_torch(args.threads)
     return loading.load(
@@ -205,15 +205,15 @@ def load_index(path: str | None, model):
     model's vocabulary; None without ``--index``."""
     if path is None:
         return None
-    from lookahead.suffix import SuffixIndex
+    from lookahead.drafts.suffix import SuffixIndex
 
     return SuffixIndex.load(path, getattr(model.config, "vocab_size", None))
 
 
 def model_meta(args, model) -> dict:
     """``{"model", "model_name", "dtype", "device"}`` for the JSON records."""
-    from lookahead import loading
-    from lookahead.exactness import dtype_name
+    from lookahead.checking import loading
+    from lookahead.checking.exactness import dtype_name
 
     return {
         "model": args.model or loading.DEFAULT_MODEL,

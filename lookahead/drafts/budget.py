@@ -41,14 +41,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from lookahead.costmodel import CostCurve
-from lookahead.suffix_kernels import tree_rows
+from lookahead.drafts.suffix_kernels import tree_rows
+from lookahead.step.costmodel import CostCurve
 
 SHARE_BINS = 10
 CONTEXTS = (1, 3, 7)  # the copy bins' context groups end at these lengths; the last is open
-# what a copy node held per unit of share in each context group, on the embedded model's
-# stdlib, HumanEval and grounded steps (0.5 / 0.63 / 0.85 / 0.99): one token of agreement
-# is weak evidence, eight are nearly proof
+# a copy node's chance per unit of share by context group, as measured: one token of
+# agreement is weak evidence, eight are nearly proof (docs/benchmarks.md, CONTEXT_PRIORS)
 CONTEXT_PRIORS = (0.5, 0.65, 0.85, 0.95)
 COPY_BINS = SHARE_BINS * (len(CONTEXTS) + 1)
 RATIO_PRIOR = 4.0  # the copy ratio starts as if this many tokens had held as promised

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead import suffix_kernels
-from lookahead.suffix import SuffixIndex
+from lookahead.drafts import suffix_kernels
+from lookahead.drafts.suffix import SuffixIndex
 
 # occurrences a draft is grown from (the newest of the text's own), and how deep it may grow
 # for a match of m tokens: m * SPEC_FACTOR + SPEC_OFFSET

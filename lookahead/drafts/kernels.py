@@ -1,9 +1,9 @@
-"""Numba kernels: the n-gram pool's hash table, recycled successors, the merging of guesses
-into a trie, a host-made step's mask and the walk, and the in-place hiding that reading the
-logits' top-k on the host needs (the copy guess's are in ``suffix_kernels.py``).
+"""Numba kernels of the drafts: the n-gram pool's hash table, recycled successors, the merging
+of guesses into a trie, its step layout and the greedy walk down it (the copy guess's are in
+``suffix_kernels.py``, the step's host-side mask and top-k hiding in ``step/kernels.py``).
 
 Pure functions over numpy arrays, compiled once with ``cache=True``. No torch here; the
-classes in ``pool.py`` and ``tree.py`` hold the arrays and call these.
+classes in ``pool.py``, ``successors.py`` and ``tree.py`` hold the arrays and call these.
 
 Pool table layout (``capacity`` slots, a power of two; ``M = ngram - 1``):
 
@@ -288,19 +288,6 @@ def step_layout(head_offsets, head_allowed, depths, anchors, attend):
 
 
 @njit(cache=True)
-def additive_mask(past_keep, allowed, blocked, out):
-    """A step's additive mask on the host, ``out`` (float ``[q, p + q]``): row i is 0 where
-    it may attend (a kept past entry, ``past_keep`` bool ``[p]``, or a step token it is
-    ``allowed`` to see, bool ``[q, q]``) and ``blocked`` elsewhere."""
-    p, q = past_keep.shape[0], allowed.shape[0]
-    for i in range(q):
-        for j in range(p):
-            out[i, j] = 0.0 if past_keep[j] else blocked
-        for j in range(q):
-            out[i, p + j] = 0.0 if allowed[i, j] else blocked
-
-
-@njit(cache=True)
 def greedy_path(chain, base, tokens, parents, preds, out):
     """The walk down a guess trie (see :func:`merge_trie`) when the pick at every node is
     ``preds[node]``: the nodes it visits, root first, written to ``out`` (room for the chain
@@ -324,20 +311,3 @@ def greedy_path(chain, base, tokens, parents, preds, out):
         if child < 0:
             return n
         node = child
-
-
-@njit(cache=True)
-def hide_at(values, ids, saved, fill):
-    """Save ``values[r, ids[r]]`` in ``saved[r]`` and write ``fill`` there, for every row r
-    (float ``[rows, V]``, int64 ``[rows]``); :func:`put_back` undoes it. One kernel call costs
-    less than numpy's fancy indexing, whose code runs cold right after a forward."""
-    for r in range(ids.shape[0]):
-        saved[r] = values[r, ids[r]]
-        values[r, ids[r]] = fill
-
-
-@njit(cache=True)
-def put_back(values, ids, saved):
-    """``values[r, ids[r]] = saved[r]`` for every row r: what :func:`hide_at` hid."""
-    for r in range(ids.shape[0]):
-        values[r, ids[r]] = saved[r]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead import kernels
-from lookahead.suffix import SuffixIndex
+from lookahead.drafts import kernels
+from lookahead.drafts.suffix import SuffixIndex
 
 RECENT_TOKENS = 4096  # the recent texts' index may grow this far before the bulk is rebuilt
 

@@ -13,31 +13,25 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead import kernels
-from lookahead.budget import DraftBudget
 from lookahead.config import LookaheadConfig
-from lookahead.controller import DRAFT, PLAIN
-from lookahead.costmodel import CostCurve
-from lookahead.drafts import CopyDrafter
-from lookahead.mask import StepMask
-from lookahead.pool import NgramPool
-from lookahead.sequence import TokenSequence
+from lookahead.drafts import kernels
+from lookahead.drafts.budget import DraftBudget
+from lookahead.drafts.copy_drafter import CopyDrafter
+from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.successors import SuccessorTable
+from lookahead.drafts.suffix import SuffixIndex
+from lookahead.drafts.tree import GuessTree
+from lookahead.drafts.window import JacobiWindow
 from lookahead.stats import LookaheadStats
-from lookahead.successors import SuccessorTable
-from lookahead.suffix import SuffixIndex
-from lookahead.tree import GuessTree
-from lookahead.verify import walk
-from lookahead.window import JacobiWindow
+from lookahead.step.controller import DRAFT, PLAIN
+from lookahead.step.costmodel import CostCurve
+from lookahead.step.mask import StepMask
+from lookahead.step.sequence import TokenSequence
+from lookahead.verify.rules import walk
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
-# the row sources of the draft budget, with the prior rates of a row's first token and of
-# its later ones: what the embedded model held on HumanEval and grounded prompts with merged
-# nodes counted (0.5 and 0.85 for the pool's context-pair rows, 0.25 and 0.45 for its key
-# rows, which is why they learn apart), well above what a row holds where no other source
-# proposes the same token (0.1-0.2, then 0.3-0.5: only such nodes learn in a row's bin; a
-# merged node learns in the bin of the source that proposed it first). Priors that low (0.15
-# and 0.5) measured from 4% worse to 1.3% better over curves and prompt sets, so a fresh
-# request still tries rows at these
+# (source, prior of a row's first token, of its later ones): a little above what rows held
+# alone, so a fresh request still tries them (docs/benchmarks.md, POOL_SOURCES)
 POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
 SUCCESSOR_SOURCE = (("successors", 0.3, 0.6),)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead import kernels
+from lookahead.drafts import kernels
 
 
 class SuccessorTable:

@@ -3,7 +3,7 @@ occurred in them, and what followed, in ``O(m log N)`` per match of m tokens.
 
 The index is the texts as one int32 array (each text followed by -1) and its suffix array,
 int32 too: 8 bytes per indexed token, nothing else. ``lookahead index build`` writes one for
-a corpus; :class:`~lookahead.pool.NgramPool` keeps one over the texts of earlier requests.
+a corpus; :class:`~lookahead.drafts.pool.NgramPool` keeps one over the texts of earlier requests.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from lookahead import suffix_kernels
+from lookahead.drafts import suffix_kernels
 
 SORT_DEPTH = 64  # suffixes are sorted by their first SORT_DEPTH tokens: more than any match and draft
 BYTES_PER_TOKEN = 8

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lookahead import kernels
+from lookahead.drafts import kernels
 
 _NO_CANDS = np.zeros((0, 1), dtype=np.int64)
 
 
 def window_layout(levels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Offsets from the root (int64 ``[n]``) and attention (bool ``[n, n]``) of the step's
-    head, root + window (``n = 1 + levels * width``; drawn in ``lookahead.mask``)."""
+    head, root + window (``n = 1 + levels * width``; drawn in ``lookahead.step.mask``)."""
     n = 1 + levels * width
     offsets = np.zeros(n, dtype=np.int64)
     allowed = np.zeros((n, n), dtype=np.bool_)
@@ -60,7 +60,7 @@ class GuessTree:
 
     def layout(self, head: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``) of the step
-        ``[head | draft]``, ``head`` being :func:`window_layout`'s (see ``lookahead.mask``)."""
+        ``[head | draft]``, ``head`` being :func:`window_layout`'s (see ``lookahead.step.mask``)."""
         return kernels.step_layout(head[0], head[1], self.depths, self.anchors, self.attend)
 
     @property

@@ -1,7 +1,7 @@
 """Lookahead decoding of a left-padded batch: one forward per step for every row.
 
 Each row keeps its own window, copy guess, guess tree, positions and acceptance (a
-:class:`~lookahead.proposer.Proposer`, which plans and learns); the n-gram pool
+:class:`~lookahead.drafts.proposer.Proposer`, which plans and learns); the n-gram pool
 and the successor table are shared, so rows learn from one another. A step pads every row's
 ``[root | window | draft]`` to the widest row, runs them in one forward, walks each row's
 tree with its own logits and commits what each accepted.
@@ -32,23 +32,23 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lookahead.batch_rows import ForcedPad, Row, RowView
-from lookahead.cache import commit_rows, gather_rows, trim_rows
 from lookahead.config import LookaheadConfig
-from lookahead.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController
-from lookahead.costmodel import CostCurve
-from lookahead.decode import Layout
-from lookahead.host import fetch, upload, wait
-from lookahead.mask import attention_groups, batch_masks, stack_steps
-from lookahead.pool import NgramPool
-from lookahead.proposer import Proposer
-from lookahead.sequence import TokenSequence
-from lookahead.static import StaticSteps, bucket_for
+from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.proposer import Proposer
+from lookahead.drafts.successors import SuccessorTable
+from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import LookaheadStats
-from lookahead.stopping import fast_check
-from lookahead.successors import SuccessorTable
-from lookahead.suffix import SuffixIndex
-from lookahead.verify import walk
+from lookahead.step.batch_rows import ForcedPad, Row, RowView
+from lookahead.step.cache import commit_rows, gather_rows, trim_rows
+from lookahead.step.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController
+from lookahead.step.costmodel import CostCurve
+from lookahead.step.decode import Layout
+from lookahead.step.host import fetch, upload, wait
+from lookahead.step.mask import attention_groups, batch_masks, stack_steps
+from lookahead.step.sequence import TokenSequence
+from lookahead.step.static import StaticSteps, bucket_for
+from lookahead.step.stopping import fast_check
+from lookahead.verify.rules import walk
 
 
 class BatchDecoder:

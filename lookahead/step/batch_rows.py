@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead.controller import FULL, PLAIN
-from lookahead.decode import ROOT_ONLY, Layout
-from lookahead.proposer import Proposer
-from lookahead.sequence import TokenSequence
-from lookahead.tree import GuessTree
-from lookahead.verify import Pick
+from lookahead.drafts.proposer import Proposer
+from lookahead.drafts.tree import GuessTree
+from lookahead.step.controller import FULL, PLAIN
+from lookahead.step.decode import ROOT_ONLY, Layout
+from lookahead.step.sequence import TokenSequence
+from lookahead.verify.rules import Pick
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 PAD_RUN = 4  # pad tokens a finished row feeds per step when its scores are reported

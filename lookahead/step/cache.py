@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
 
-from lookahead.host import upload
+from lookahead.step.host import upload
 
 SUPPORTED_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
 

@@ -11,7 +11,7 @@ Up to four shapes compete:
 
 Each guessing shape keeps moving averages of the tokens it accepted per step and of the
 tokens it fed; its rate is ``tokens / (cost(fed) + overhead)``, with ``cost`` the model's
-calibrated :class:`~lookahead.costmodel.CostCurve` and ``overhead`` the decoder's own work
+calibrated :class:`~lookahead.step.costmodel.CostCurve` and ``overhead`` the decoder's own work
 per guessing step in the same units. Plain decoding's rate is exactly 1. No decision reads a
 clock, so a busy machine cannot push decoding into a bad shape, and every rank of a
 distributed run makes the same choices.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from lookahead.costmodel import CostCurve
+from lookahead.step.costmodel import CostCurve
 
 FULL, LEAN, DRAFT, PLAIN = "full", "lean", "draft", "plain"
 # the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in

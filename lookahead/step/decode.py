@@ -9,22 +9,22 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lookahead import kernels
-from lookahead.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.config import LookaheadConfig
-from lookahead.controller import DRAFT, FULL, PLAIN, ShapeController
-from lookahead.costmodel import CostCurve
-from lookahead.host import fetch, upload, views, wait
-from lookahead.mask import attention_groups
-from lookahead.pool import NgramPool
-from lookahead.proposer import Proposer
-from lookahead.sequence import TokenSequence
-from lookahead.static import StaticSteps
+from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.proposer import Proposer
+from lookahead.drafts.suffix import SuffixIndex
+from lookahead.drafts.tree import GuessTree
+from lookahead.drafts.window import JacobiWindow
 from lookahead.stats import LookaheadStats
-from lookahead.suffix import SuffixIndex
-from lookahead.tree import GuessTree
-from lookahead.verify import walk
-from lookahead.window import JacobiWindow
+from lookahead.step import kernels
+from lookahead.step.cache import check_cache, commit, held_from, prepare_cache
+from lookahead.step.controller import DRAFT, FULL, PLAIN, ShapeController
+from lookahead.step.costmodel import CostCurve
+from lookahead.step.host import fetch, upload, views, wait
+from lookahead.step.mask import attention_groups
+from lookahead.step.sequence import TokenSequence
+from lookahead.step.static import StaticSteps
+from lookahead.verify.rules import walk
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 _BLOCKED = torch.finfo(torch.float32).min  # what a float32 StepMask blocks with

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead import kernels
+from lookahead.step import kernels
 
 
 def upload(device, *arrays: np.ndarray) -> list[torch.Tensor]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead.tree import GuessTree, window_layout
+from lookahead.drafts.tree import GuessTree, window_layout
 
 
 class StepMask:
@@ -50,7 +50,7 @@ class StepMask:
 
     def layout(self, tree: GuessTree) -> tuple[np.ndarray, np.ndarray]:
         """The step's offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``), on
-        the host, to upload with the step's ids (:func:`lookahead.host.upload`)."""
+        the host, to upload with the step's ids (:func:`lookahead.step.host.upload`)."""
         return tree.layout(self.head)
 
     def offsets(self, tree: GuessTree) -> torch.Tensor:

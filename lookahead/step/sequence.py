@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead.stopping import fast_check
+from lookahead.step.stopping import fast_check
 
 
 def _never(length: int, token: int) -> bool:

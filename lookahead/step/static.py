@@ -6,7 +6,7 @@ the committed length L, and writes ``[root | window | draft | filler]`` at ``L .
 commit copies the accepted nodes' entries down to ``L .. L+k-1`` (one ``index_copy_`` per
 layer, none when they already sit there) and sets the counter to ``L + k``; what lies beyond
 stays in the buffer, masked, until a later step overwrites it. (A batch commits its rows the
-same way, with holes: ``lookahead.cache.commit_rows`` moves the counter of a static layer.)
+same way, with holes: ``lookahead.step.cache.commit_rows`` moves the counter of a static layer.)
 
 Every layer is a full-length ``StaticLayer``, sliding-window ones included: a static sliding
 layer is a ring buffer, which cannot roll a step back, so windows are applied by position in
@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
-from lookahead.cache import trim_rows
-from lookahead.costmodel import CostCurve, synchronize
-from lookahead.host import upload
-from lookahead.mask import attention_groups
+from lookahead.config import LookaheadConfig
+from lookahead.step.cache import trim_rows
+from lookahead.step.costmodel import CostCurve, synchronize
+from lookahead.step.host import upload
+from lookahead.step.mask import attention_groups
 
 BUCKETS = (1, 4, 8, 16, 32, 64)
 REPEATS = 5  # timed runs of each bucket when calibrating (the fastest counts)
@@ -213,6 +214,21 @@ class StaticSteps:
         trim_rows(self.cache, 0)
         self.warmup_s += time.perf_counter() - started
 
+    def ready(self, costs: CostCurve | None, rows: int, given: bool, sharded: bool, stats) -> CostCurve | None:
+        """Prepare one sequence's steps before its prefill (a batch of ``rows`` > 1 compiles
+        each bucket at its first use) and return the curve to price them by: what each compiled
+        bucket measured, unless a curve was ``given``, the model is ``sharded`` (every rank must
+        price alike) or this is a batch (measured for one row); else ``costs`` at the buckets'
+        sizes."""
+        measure = costs is not None and not given and not sharded and rows == 1
+        if rows == 1:
+            self.prepare(calibrate=measure)
+            stats.compiled_graphs += sorted(self.graphs)
+            stats.warmup_s += self.warmup_s
+        if costs is None:
+            return None
+        return self.costs if measure and self.costs is not None else costs.bucketed(self.buckets)
+
     def _trace(self, b: int, groups: dict, param: torch.Tensor, repeats: int) -> float:
         """Run a ``b``-token step of filler once (tracing it), then ``repeats`` times timed; the
         best seconds (0.0 without timed runs)."""
@@ -235,3 +251,25 @@ class StaticSteps:
             if i:  # the first run compiles (or warms) the graph
                 best = min(best, time.perf_counter() - started)
         return best if repeats else 0.0
+
+
+def static_steps(model, input_ids, model_kwargs: dict, generation_config, config: LookaheadConfig):
+    """Steps on a ``StaticCache`` when ``generate`` prepared one (``cache_implementation="static"``
+    or a ``StaticCache`` passed in), compiled where ``generate`` would compile its forward; else None.
+
+    The cache ``generate`` made holds ``max_length`` entries and sliding layers as ring buffers;
+    lookahead replaces it by one with room for its widest step and full-length layers
+    (lookahead.step.static), kept on the model for later calls as ``generate`` keeps its own (same
+    shapes, so no recompilation), and ``model_kwargs["cache"]`` then holds it.
+    """
+    given = model_kwargs.get("cache")
+    if not isinstance(given, StaticCache):
+        return None
+    longest = max(generation_config.max_length, generation_config.max_cache_len or 0)  # sized as generate sizes
+    room = max(max(config.static_buckets), config.widest_step)  # a step wider than every bucket runs as it is
+    cache = reusable_static_cache(model, longest + room, rows=input_ids.shape[0])
+    model_kwargs["cache"] = cache
+    compiled = None
+    if model._valid_auto_compile_criteria({"cache": cache}, generation_config):
+        compiled = model.get_compiled_call(generation_config.compile_config)
+    return StaticSteps(model, cache, compiled, config.static_buckets, room)

@@ -1,6 +1,6 @@
 """Where a seeded sample differs from ``model.generate``'s: a rounding flip of the race, or a bug.
 
-Under one seed, lookahead's sampled tokens are ``generate``'s (``lookahead.noise``), except
+Under one seed, lookahead's sampled tokens are ``generate``'s (``lookahead.verify.noise``), except
 where fp32 rounding of a many-token forward moves a token across a near-tie of the exponential
 race: at the first differing token, ``generate`` and lookahead both ran the race
 ``log p(x) - log q_x`` with the same ``q`` (block t of the seeded stream), so their two winners'

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from lookahead.noise import NoiseStream
-from lookahead.tree import GuessTree
+from lookahead.drafts.tree import GuessTree
+from lookahead.verify.noise import NoiseStream
 
 _CEILING_ALPHA = 0.1  # weight of the newest root draw in SamplingRule.ceiling
 
@@ -53,7 +53,7 @@ class GreedyRule:
 
     def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
         """``logits``: ``[q, V]`` of this step (or ``[1, V]`` of the prefill); ``preds``: their
-        argmax, when the caller already fetched it to the host (``lookahead.host``)."""
+        argmax, when the caller already fetched it to the host (``lookahead.step.host``)."""
         self._logits = logits
         if self.keep_rows:
             self._preds = None
@@ -83,7 +83,7 @@ class SamplingRule:
     exponential race ``argmax(p / q)`` over fresh ``q ~ Exp(1)`` per vocabulary entry, a draw
     distributed exactly as ``p`` (the processed distribution at that prefix). This rule runs
     the same race with the same ``q``: a row's t-th emitted token reads its row of block t of
-    a :class:`~lookahead.noise.NoiseStream`, the block ``generate`` draws at its step t. So
+    a :class:`~lookahead.verify.noise.NoiseStream`, the block ``generate`` draws at its step t. So
     under one seed the tokens are ``generate``'s, up to fp32 rounding of a many-token forward
     moving a token across a near-tie of the race.
 
@@ -153,3 +153,12 @@ def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]
         if child is None:
             return
         node = child
+
+
+def rule_for(generation_config, processors, generator: torch.Generator | None, rows: int, keep_rows: bool):
+    """The rule ``generate``'s config asks for: seeded sampling that draws one noise block per
+    step for every row, as ``generate`` draws them, or greedy (keeping each row's processed
+    scores when the output asks for scores or logits)."""
+    if generation_config.do_sample:
+        return SamplingRule(processors, generator, NoiseStream(rows, generator))
+    return GreedyRule(processors, keep_rows=keep_rows)

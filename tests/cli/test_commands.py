@@ -13,7 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import lookahead
-from lookahead import check, cli
+from lookahead import cli
+from lookahead.checking import check
 
 from tiny_models import tiny_model, tiny_tokenizer
 

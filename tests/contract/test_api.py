@@ -18,7 +18,7 @@ import transformers as tf
 
 import lookahead
 from lookahead import LookaheadConfig
-from lookahead.costmodel import CostCurve
+from lookahead.step.costmodel import CostCurve
 
 from tiny_models import tiny_model
 

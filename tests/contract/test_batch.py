@@ -18,10 +18,10 @@ from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
 from lookahead import testing
-from lookahead.batch import BatchDecoder
-from lookahead.batch_rows import PAD_RUN
-from lookahead.costmodel import CostCurve
-from lookahead.verify import GreedyRule
+from lookahead.step.batch import BatchDecoder
+from lookahead.step.batch_rows import PAD_RUN
+from lookahead.step.costmodel import CostCurve
+from lookahead.verify.rules import GreedyRule
 
 from strategies import batch_rows
 from tiny_models import CASES, VOCAB, left_pad, tiny_model, tiny_tokenizer
@@ -373,7 +373,7 @@ def test_rows_fill_the_width_the_widest_row_pays_for(monkeypatch):
     """A batch step is as wide as its widest row; a narrower row's draft budget fills that
     room with more of its candidates (the forward pays for it anyway), never past it, and the
     batch stays exact."""
-    from lookahead.batch_rows import Row
+    from lookahead.step.batch_rows import Row
 
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 4, [3, 41, 12, 8, 30, 17, 2, 44, 6, 25, 39]])

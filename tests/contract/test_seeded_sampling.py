@@ -18,8 +18,8 @@ from test_batch import eos_ending_rows
 
 import lookahead
 from lookahead import testing
-from lookahead.noise import NoiseStream
-from lookahead.race import TIE_GAP, race_gap, replay_noise
+from lookahead.verify.noise import NoiseStream
+from lookahead.verify.race import TIE_GAP, race_gap, replay_noise
 
 from strategies import batch_rows, eos_ids, prompts
 from tiny_models import CASES, left_pad, tiny_model, tiny_tokenizer
@@ -250,7 +250,7 @@ def test_bench_checks_seeded_samples_and_names_a_planted_difference(monkeypatch)
 def test_check_sample_compares_seeded_and_names_a_planted_difference(monkeypatch):
     """``lookahead check --sample`` passes on a correct decoder, and a decoder that reads the
     wrong noise is caught, shrunk, and told apart from a rounding flip by its race gap."""
-    from lookahead.check import run_check
+    from lookahead.checking.check import run_check
 
     model, tok = tiny_model("llama", "sdpa"), tiny_tokenizer()
     result = run_check(model, tok, examples=6, seed=1, max_new_tokens=12, sample=True)
@@ -275,7 +275,7 @@ def test_check_sample_compares_seeded_and_names_a_planted_difference(monkeypatch
 def test_calibration_and_the_static_warm_up_draw_no_random_numbers():
     """The first call on a model measures its cost curve, and a static cache's first call traces
     its buckets: neither may move the RNG a seeded sample reads."""
-    from lookahead.costmodel import calibrate
+    from lookahead.step.costmodel import calibrate
 
     model = tiny_model("phi", "sdpa")
     torch.manual_seed(5)

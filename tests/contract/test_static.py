@@ -13,8 +13,8 @@ from transformers.cache_utils import StaticCache, StaticLayer
 
 import lookahead
 from lookahead import testing
-from lookahead.batch import BatchDecoder
-from lookahead.static import ROUND, StaticSteps, bucket_for, full_static_cache
+from lookahead.step.batch import BatchDecoder
+from lookahead.step.static import ROUND, StaticSteps, bucket_for, full_static_cache
 
 from strategies import batch_rows, eos_ids, max_new_tokens, prompts
 from tiny_models import CASES, left_pad, tiny_model
@@ -156,7 +156,7 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
 def test_compiled_buckets_are_timed_once_into_the_curve_that_prices_steps(monkeypatch):
     """Adaptive and compiled, each bucket's compiled forward is timed once per cache; that curve
     (sizes = the buckets) reaches the controller, and a later call reuses it."""
-    from lookahead import controller
+    from lookahead.step import controller
 
     model = tiny_model("llama", "sdpa")
     model.__dict__.pop("_lookahead_cache", None)
@@ -231,7 +231,7 @@ def test_a_batch_equals_static_generate(case, rows, config, new, picks, seed):
 def test_a_static_batch_keeps_every_row_and_gathers_its_holes_when_full(monkeypatch):
     """A batch on the static cache keeps all its rows in the cache (a finished row feeds a
     token nothing sees), and when holes would overflow the buffer they are gathered away."""
-    import lookahead.static as static
+    import lookahead.step.static as static
 
     monkeypatch.setattr(static, "ROUND", 1)  # a cache of exactly what the request needs
     model = tiny_model("llama", "sdpa")
@@ -261,7 +261,7 @@ def test_bucket_for_and_bucket_validation():
 
 
 def test_a_bucketed_curve_prices_a_step_at_its_padded_size():
-    from lookahead.costmodel import CostCurve
+    from lookahead.step.costmodel import CostCurve
 
     curve = CostCurve.linear(0.1)
     padded = curve.bucketed((1, 4, 16))

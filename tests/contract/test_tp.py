@@ -21,7 +21,8 @@ import torch
 import transformers as tf
 
 import lookahead
-from lookahead import cli, distributed, loading
+from lookahead import cli, distributed
+from lookahead.checking import loading
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 REPO = HELPERS.parents[1]

@@ -49,8 +49,9 @@ def _query_lengths(model, run) -> tuple[object, list[int]]:
 
 def check_family(model) -> dict:
     import lookahead
-    from lookahead import costmodel, distributed
-    from lookahead.costmodel import cost_curve
+    from lookahead import distributed
+    from lookahead.step import costmodel
+    from lookahead.step.costmodel import cost_curve
 
     ids = torch.tensor([PROMPT])
     n = ids.shape[1]

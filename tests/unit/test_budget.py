@@ -1,4 +1,4 @@
-"""The draft budget (``lookahead.budget``) against plain Python: rows merged into the copy
+"""The draft budget (``lookahead.drafts.budget``) against plain Python: rows merged into the copy
 tree, the nodes a step feeds (the most tokens per unit of cost, always a tree), what each bin
 learns from a step, and the whole budget's choice under dear and nearly free forwards."""
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead import budget
-from lookahead.budget import CONTEXT_PRIORS, COPY_BINS, RATIO_PRIOR, SHARE_BINS, DraftBudget
-from lookahead.costmodel import CostCurve
+from lookahead.drafts import budget
+from lookahead.drafts.budget import CONTEXT_PRIORS, COPY_BINS, RATIO_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.step.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
 

@@ -1,4 +1,4 @@
-"""KV cache commit and rollback (``lookahead.cache``) against recomputing the committed text.
+"""KV cache commit and rollback (``lookahead.step.cache``) against recomputing the committed text.
 
 After each step only the accepted path's entries stay, in order: every layer must hold what a
 from-scratch prefill of the committed tokens holds (sliding layers: the same recent stretch),
@@ -17,9 +17,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from torch.overrides import TorchFunctionMode
 from transformers.cache_utils import DynamicCache
 
-from lookahead.cache import commit, commit_rows, gather_rows, held_from, prepare_cache, trim_rows
-from lookahead.mask import StepMask, attention_groups
-from lookahead.tree import GuessTree
+from lookahead.drafts.tree import GuessTree
+from lookahead.step.cache import commit, commit_rows, gather_rows, held_from, prepare_cache, trim_rows
+from lookahead.step.mask import StepMask, attention_groups
 
 from tiny_models import SLIDING, SLIDING_FAMILIES, VOCAB, assert_cache_matches_recompute, fresh_cache, tiny_model
 

@@ -23,8 +23,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 import lookahead
-from lookahead import kernels
-from lookahead.proposer import Proposer
+from lookahead.drafts import kernels
+from lookahead.drafts.proposer import Proposer
 
 from tiny_models import tiny_model
 

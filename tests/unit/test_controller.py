@@ -7,8 +7,8 @@ import math
 import torch
 
 import lookahead
-from lookahead.controller import DRAFT, FULL, LEAN, PLAIN, ShapeController
-from lookahead.costmodel import CostCurve
+from lookahead.step.controller import DRAFT, FULL, LEAN, PLAIN, ShapeController
+from lookahead.step.costmodel import CostCurve
 
 from tiny_models import tiny_model
 
@@ -115,7 +115,7 @@ def test_the_windows_tries_wait_by_what_one_costs():
     steps; where they cost most of a forward more, the wait keeps a losing window's share of
     the forward cost at ``EXPLORE_SHARE``, up to ``MAX_WINDOW_WAIT`` times the base wait; with
     its size unknown, twice the base wait."""
-    from lookahead.controller import EXPLORE_SHARE, MAX_WINDOW_WAIT
+    from lookahead.step.controller import EXPLORE_SHARE, MAX_WINDOW_WAIT
 
     def first_full(controller, steps=200):
         shapes = run(controller, steps, {FULL: (1, 17), DRAFT: (3, 5)})

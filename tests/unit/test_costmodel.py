@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import lookahead
-from lookahead import costmodel
-from lookahead.costmodel import CostCurve, cost_curve
+from lookahead.step import costmodel
+from lookahead.step.costmodel import CostCurve, cost_curve
 
 from tiny_models import tiny_model
 

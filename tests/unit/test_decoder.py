@@ -1,4 +1,4 @@
-"""The decoder's parts (``lookahead.decode``) against their documented behaviour.
+"""The decoder's parts (``lookahead.step.decode``) against their documented behaviour.
 
 Token buffers past their growth; default stopping criteria answered without running them and
 ``ignore_stops``; which source a step's accepted guesses are credited to; every stats count
@@ -21,14 +21,14 @@ from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 import lookahead
-from lookahead import kernels
-from lookahead.costmodel import CostCurve
-from lookahead.decode import Layout, _common
-from lookahead.proposer import Proposer, _stack_rows
-from lookahead.sequence import TokenSequence
+from lookahead.drafts import kernels
+from lookahead.drafts.proposer import Proposer, _stack_rows
+from lookahead.drafts.tree import GuessTree
 from lookahead.stats import LookaheadStats
-from lookahead.tree import GuessTree
-from lookahead.verify import Pick
+from lookahead.step.costmodel import CostCurve
+from lookahead.step.decode import Layout, _common
+from lookahead.step.sequence import TokenSequence
+from lookahead.verify.rules import Pick
 
 from tiny_models import CONFIGS, VOCAB, tiny_model, two_requests
 
@@ -81,7 +81,7 @@ def test_sequence_keeps_scores_and_logits_only_when_asked(keep_scores, keep_logi
 
 def test_default_criteria_are_answered_without_running_them(monkeypatch):
     """A length limit and EOS ids (the criteria ``generate`` builds by default) are answered
-    from the length and the newest token (lookahead.stopping): the criteria never run."""
+    from the length and the newest token (lookahead.step.stopping): the criteria never run."""
 
     def never_call(self, *args, **kwargs):
         raise AssertionError("the default criteria ran")

@@ -1,5 +1,5 @@
 """One round trip per step: the host uploads a step's inputs once and reads its logits once
-(``lookahead.host``), plus one upload of the commit's index when the accepted path is not contiguous.
+(``lookahead.step.host``), plus one upload of the commit's index when the accepted path is not contiguous.
 
 On a GPU every ``.cpu()``, ``.tolist()``, ``.item()``, ``int()`` or ``bool()`` of a device tensor
 waits for the device, and so does a copy from pageable host memory. These tests run on the CPU,
@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookahead
-from lookahead import host
-from lookahead.batch import BatchDecoder
-from lookahead.decode import Decoder
+from lookahead.step import host
+from lookahead.step.batch import BatchDecoder
+from lookahead.step.decode import Decoder
 
 from tiny_models import left_pad, tiny_model
 
@@ -60,9 +60,14 @@ class Reads:
             return send
 
         upload = counted_upload(host.upload)
-        for module in ("lookahead.decode", "lookahead.batch"):
+        for module in ("lookahead.step.decode", "lookahead.step.batch"):
             monkeypatch.setattr(f"{module}.fetch", fetch)
-        for module in ("lookahead.decode", "lookahead.batch", "lookahead.cache", "lookahead.static"):
+        for module in (
+            "lookahead.step.decode",
+            "lookahead.step.batch",
+            "lookahead.step.cache",
+            "lookahead.step.static",
+        ):
             monkeypatch.setattr(f"{module}.upload", upload)
         host_views = counted_upload(host.views)
 
@@ -71,7 +76,7 @@ class Reads:
             assert all(t.device.type == "cpu" for t in made)
             return made
 
-        monkeypatch.setattr("lookahead.decode.views", views)
+        monkeypatch.setattr("lookahead.step.decode.views", views)
         for name in ("tensor", "from_numpy"):
             monkeypatch.setattr(torch, name, self._made(getattr(torch, name), name))
         for name in READS:
@@ -116,7 +121,7 @@ def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation, 
     fetch and no other read of a device tensor, whether the step's mask is made on the host
     (the CPU path) or, as on a device, from the uploaded layout where the model runs."""
     if not on_host:
-        monkeypatch.setattr("lookahead.decode.host_masks", lambda *args: False)
+        monkeypatch.setattr("lookahead.step.decode.host_masks", lambda *args: False)
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
     config = lookahead.LookaheadConfig(adaptive=False)
@@ -157,7 +162,7 @@ def test_wait_synchronises_the_logits_cuda_device_only(monkeypatch):
     here: the CUDA tensor is a stand-in with the two attributes ``wait`` reads.)"""
     from types import SimpleNamespace
 
-    from lookahead.host import wait
+    from lookahead.step.host import wait
 
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))

@@ -1,4 +1,4 @@
-"""The numba kernels' text n-grams (``lookahead.kernels``) against plain Python.
+"""The numba kernels' text n-grams (``lookahead.drafts.kernels``) against plain Python.
 
 ``text_ngrams`` files each n-gram once, starting after ``start`` with the token before. The
 guess trie's merge is in tests/unit/test_trie.py, the copy guess's kernels in test_suffix.py.
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.kernels import text_ngrams
+from lookahead.drafts.kernels import text_ngrams
 
 
 @given(tokens=st.lists(st.integers(0, 50), max_size=30), start=st.integers(-3, 30), n=st.integers(2, 6))

@@ -1,4 +1,4 @@
-"""The step mask (``lookahead.mask``): what each fed token may attend to.
+"""The step mask (``lookahead.step.mask``): what each fed token may attend to.
 
 A step feeds ``[root | Jacobi window | trie of guesses]`` at once. The single-row mask must
 equal a reference built from first principles (positions and ancestry,
@@ -18,9 +18,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead import kernels
-from lookahead.mask import StepMask, batch_masks, stack_steps
-from lookahead.tree import GuessTree
+from lookahead.drafts.tree import GuessTree
+from lookahead.step import kernels
+from lookahead.step.mask import StepMask, batch_masks, stack_steps
 
 from mask_reference import reference_mask
 from strategies import mask_cases

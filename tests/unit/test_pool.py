@@ -1,4 +1,4 @@
-"""The n-gram pool (``lookahead.pool.NgramPool``): against a dict-of-deques reference model,
+"""The n-gram pool (``lookahead.drafts.pool.NgramPool``): against a dict-of-deques reference model,
 bounded in memory, saved and loaded, and kept across requests (its history is copied from by
 later requests).
 """
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import lookahead
-from lookahead.pool import NgramPool
-from lookahead.successors import SuccessorTable
+from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.successors import SuccessorTable
 
 from tiny_models import VOCAB, tiny_model
 
@@ -223,7 +223,7 @@ def test_bad_pool_arguments_are_clear_errors(kwargs, error, message):
 def test_insert_text_files_what_insert_of_the_text_ngrams_files(tokens, start, ngram, context_tokens):
     """The fused kernel behind ``insert_text`` leaves the pool exactly as ``insert`` of the
     text's n-grams (and the tokens before them) does: same keys, order, stamps and clock."""
-    from lookahead import kernels
+    from lookahead.drafts import kernels
 
     fused, plain = (NgramPool(ngram, 3, 16, context_tokens) for _ in range(2))
     text = np.array(tokens, dtype=np.int64)
@@ -244,7 +244,7 @@ def test_history_indexes_find_every_kept_occurrence(texts, capacity):
     """After any run of remembered texts, the history's indexes (the bulk and the texts since)
     find every occurrence the history holds (texts evicted since the bulk was built may still
     be found), and hold at most twice the capacity."""
-    from lookahead import pool as pool_module
+    from lookahead.drafts import pool as pool_module
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pool_module, "RECENT_TOKENS", 16)  # small texts reach the bulk's rebuild

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList, StopStringCriteria
 
 import lookahead
-from lookahead.api import _stop_strings_to_criteria
+from lookahead.step.stopping import stop_strings_to_criteria
 
 from strategies import configs, eos_ids, prompts
 from tiny_models import tiny_model, tiny_tokenizer
@@ -185,17 +185,17 @@ def test_stop_strings_are_added_to_the_user_criteria():
     tok = tiny_tokenizer()
     mine = StopAfterNew(3, 1)
     kwargs = dict(stop_strings=["ab"], tokenizer=tok, stopping_criteria=StoppingCriteriaList([mine]))
-    _stop_strings_to_criteria(kwargs)
+    stop_strings_to_criteria(kwargs)
     criteria = kwargs["stopping_criteria"]
     assert "stop_strings" not in kwargs and "tokenizer" not in kwargs
     assert len(criteria) == 2 and criteria[0] is mine and isinstance(criteria[1], StopStringCriteria)
 
     plain = dict(stop_strings=["ab"], tokenizer=tok)
-    _stop_strings_to_criteria(plain)
+    stop_strings_to_criteria(plain)
     assert [type(c) for c in plain["stopping_criteria"]] == [StopStringCriteria]
 
     untouched = dict(stopping_criteria=StoppingCriteriaList([mine]))
-    _stop_strings_to_criteria(untouched)
+    stop_strings_to_criteria(untouched)
     assert list(untouched["stopping_criteria"]) == [mine]
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lookahead
-from lookahead.successors import SuccessorTable
+from lookahead.drafts.successors import SuccessorTable
 
 from strategies import eos_ids, max_new_tokens, prompts
 from tiny_models import tiny_model

@@ -1,4 +1,4 @@
-"""The copy guess's drafts (``lookahead.suffix_kernels``, ``suffix``, ``drafts``) against plain
+"""The copy guess's drafts (``lookahead.drafts.suffix_kernels``, ``suffix``, ``drafts``) against plain
 Python: the suffix array's order and counts, each draft tree's nodes and probabilities, the best
 match length and scope, and index files that are crafted or corrupt. What a step feeds of a
 draft is the budget's (tests/unit/test_budget.py)."""
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead import suffix_kernels
-from lookahead.drafts import CopyDrafter
-from lookahead.suffix import SuffixIndex, join_texts, suffix_array
+from lookahead.drafts import suffix_kernels
+from lookahead.drafts.copy_drafter import CopyDrafter
+from lookahead.drafts.suffix import SuffixIndex, join_texts, suffix_array
 
 from strategies import copy_texts, history_cases
 

@@ -14,9 +14,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead import kernels
-from lookahead.tree import GuessTree
-from lookahead.verify import Pick, walk
+from lookahead.drafts import kernels
+from lookahead.drafts.tree import GuessTree
+from lookahead.verify.rules import Pick, walk
 
 # A small alphabet makes shared prefixes (and shared tokens under different parents) common.
 small = st.integers(0, 3)

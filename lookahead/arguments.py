@@ -1,0 +1,116 @@
+"""The checks of ``lookahead.generate``'s arguments: each bad value gets a ``TypeError`` or
+``ValueError`` that names it, before any work is done."""
+
+from __future__ import annotations
+
+import torch
+
+from lookahead.config import LookaheadConfig
+from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.suffix import SuffixIndex
+from lookahead.step.costmodel import CostCurve
+
+
+def check_inputs(inputs, kwargs) -> None:
+    ids = inputs if inputs is not None else kwargs.get("input_ids")
+    if ids is None:
+        raise ValueError("input_ids must be given (as `inputs` or `input_ids=`): a LongTensor of shape [batch, length]")
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor of shape [batch, length], got {type(ids).__name__}")
+    if ids.dtype not in (torch.long, torch.int32, torch.int64):
+        raise TypeError(f"input_ids must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"input_ids must be 2-D [batch, length], got shape {tuple(ids.shape)}")
+    if ids.shape[1] == 0:
+        raise ValueError("input_ids must hold at least one token, got length 0")
+    check_padding(ids, kwargs.get("attention_mask"))
+    new = kwargs.get("max_new_tokens")
+    if new is not None and (isinstance(new, bool) or not isinstance(new, int)):
+        raise TypeError(f"max_new_tokens must be an int, got {type(new).__name__} {new!r}")
+    if new is not None and new <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {new}")
+
+
+def check_padding(input_ids: torch.Tensor, attention_mask) -> None:
+    """Raise ``ValueError`` unless ``attention_mask`` is None or a ``[batch, length]`` mask
+    like ``input_ids`` with any padding on the left."""
+    if attention_mask is None:
+        return
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(
+            f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    if bool((attention_mask[:, -1] == 0).any()):
+        rows = (attention_mask[:, -1] == 0).nonzero().reshape(-1).tolist()
+        raise ValueError(
+            f"attention_mask has right padding (rows {rows} end in 0); decoder-only generation "
+            "needs left padding: set tokenizer.padding_side = 'left'"
+        )
+
+
+def check_generator_device(model, generator: torch.Generator) -> None:
+    """The noise is drawn where the logits are (the output embedding's device): a generator
+    elsewhere would fail at the first sampled token, after the prefill."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    device = weight.device if weight is not None else next(model.parameters()).device
+    if generator.device.type != device.type or (
+        generator.device.index is not None and device.index is not None and generator.device.index != device.index
+    ):
+        raise ValueError(
+            f"generator is on {generator.device}, but the model's logits are on {device}: make it there, "
+            f"e.g. torch.Generator(device={str(device)!r}).manual_seed(seed)"
+        )
+
+
+def check_pool(pool, config: LookaheadConfig) -> None:
+    if not isinstance(pool, NgramPool):
+        raise TypeError(f"lookahead_pool must be a lookahead.NgramPool, got {type(pool).__name__}")
+    if (pool.ngram, pool.guesses) != (config.ngram, config.guesses):
+        raise ValueError(
+            f"lookahead_pool holds ngram={pool.ngram}, guesses={pool.guesses}, but lookahead_config has "
+            f"ngram={config.ngram}, guesses={config.guesses}; they must match"
+        )
+
+
+def check_index(index, model) -> None:
+    if index is None:
+        return
+    if not isinstance(index, SuffixIndex):
+        raise TypeError(
+            f"lookahead_index must be a lookahead.SuffixIndex (SuffixIndex.load(path)), got {type(index).__name__}"
+        )
+    vocab = getattr(model.config, "vocab_size", None)
+    if vocab and index.largest_id >= int(vocab):
+        raise ValueError(
+            f"lookahead_index holds token id {index.largest_id}, but the model has {vocab} ids: "
+            "an index built with another tokenizer"
+        )
+
+
+def check_decoding(model, input_ids, attention_mask, config: LookaheadConfig, pool, index) -> None:
+    """What ``custom_generate`` is handed besides ``generate``'s own arguments: a pool that
+    matches the config and the model's vocabulary, an index of that vocabulary, left padding."""
+    if pool is not None:
+        check_pool(pool, config)
+        vocab = getattr(model.config, "vocab_size", None)
+        if vocab:
+            pool.check_vocabulary(int(vocab))
+    check_index(index, model)
+    check_padding(input_ids, attention_mask)
+
+
+def check_costs(costs) -> None:
+    if costs is not None and not isinstance(costs, CostCurve):
+        raise TypeError(f"lookahead_costs must be a lookahead.CostCurve, got {type(costs).__name__}")
+
+
+def check_streamer(streamer, input_ids) -> None:
+    if streamer is not None and input_ids.shape[0] != 1:
+        raise ValueError(
+            f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
+            f"batch size {input_ids.shape[0]}; stream a batch of 1 or drop streamer="
+        )

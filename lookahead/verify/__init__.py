@@ -1,0 +1,6 @@
+"""Which guessed tokens the model itself would have produced.
+
+rules   the greedy rule and the seeded sampling rule a walk down the guess tree follows
+noise   ``generate``'s sampling noise, replayed for rows that advance at their own pace
+race    where a seeded sample parts from ``generate``'s: a rounding flip or a bug
+"""
