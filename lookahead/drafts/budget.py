@@ -115,7 +115,13 @@ def choose(parents, cond, count, costs, overhead, fill, keep):
     for i in range(count):
         par = parents[i]
         path[i] = cond[i] * (path[par] if par >= 0 else 1.0)
-    order = np.argsort(-path, kind="mergesort")
+    order = np.empty(count, dtype=np.int64)  # by path chance, highest first, ties by index
+    for i in range(count):  # insertion: a step has tens of candidates, and argsort compiles slowly
+        j = i - 1
+        while j >= 0 and path[order[j]] < path[i]:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = i
     best, best_n, total = 1.0, 0, 1.0
     for k in range(min(count, costs.shape[0] - 1)):
         total += path[order[k]]
@@ -123,7 +129,8 @@ def choose(parents, cond, count, costs, overhead, fill, keep):
         if value > best:
             best, best_n = value, k + 1
     best_n = max(best_n, min(fill, count, costs.shape[0] - 1))
-    keep[:count] = False
+    for i in range(count):
+        keep[i] = False
     for k in range(best_n):
         keep[order[k]] = True
     return best_n

@@ -15,6 +15,10 @@ Pool table layout (``capacity`` slots, a power of two; ``M = ngram - 1``):
 
 A key probes at most ``PROBE`` consecutive slots. When all of them hold other keys, the
 least recently touched of them is evicted: memory is fixed, and old keys go first.
+
+Kernels copy arrays element by element, never by slice or row assignment: numba compiles a
+shape check with a formatted error message for each of those, seconds of compile time on a
+fresh install for nothing the loops need (lookahead.warmup).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def _home(key, mask):
     return h & mask
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # inlined: each caller types it alike, no second signature
 def _find_slot(keys, stamps, key, create):
     """Slot holding ``key``; with ``create``, a free or evicted slot for it; else -1."""
     mask = keys.shape[0] - 1
@@ -53,7 +57,7 @@ def _find_slot(keys, stamps, key, create):
     return free if free >= 0 else oldest
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _same(a, b):
     for j in range(a.shape[0]):
         if a[j] != b[j]:
@@ -97,7 +101,8 @@ def pool_insert(keys, stamps, counts, conts, clock, row_keys, row_conts):
             continue
         last = counts[s] - 1
         for g in range(found, last):
-            conts[s, g] = conts[s, g + 1]
+            for j in range(cont.shape[0]):  # element loops, not row copies (see the module's note)
+                conts[s, g, j] = conts[s, g + 1, j]
         for j in range(cont.shape[0]):
             conts[s, last, j] = cont[j]
 
@@ -117,11 +122,12 @@ def pool_lookup(keys, stamps, counts, conts, clock, key, out, filled):
             break
         dup = False
         for h in range(held):
-            if _same(out[h], conts[s, g]):
+            if _same(conts[s, g], out[h]):
                 dup = True
                 break
         if not dup:
-            out[filled] = conts[s, g]
+            for j in range(out.shape[1]):
+                out[filled, j] = conts[s, g, j]
             filled += 1
     return filled
 
@@ -156,13 +162,18 @@ def pool_insert_ngrams(keys, stamps, counts, conts, clock, grams, before, pairs)
     rows = grams.shape[0]
     if rows == 0 or conts.shape[1] == 0:
         return
-    tails = np.ascontiguousarray(grams[:, 1:])
+    tails = np.empty((rows, grams.shape[1] - 1), dtype=np.int64)
+    firsts = np.empty(rows, dtype=np.int64)
+    for r in range(rows):
+        firsts[r] = grams[r, 0]
+        for j in range(tails.shape[1]):
+            tails[r, j] = grams[r, j + 1]
     if pairs:
         paired = np.empty(rows, dtype=np.int64)
         for r in range(rows):
-            paired[r] = pair_key(before[r], grams[r, 0]) if before[r] >= 0 else -1
+            paired[r] = pair_key(before[r], firsts[r]) if before[r] >= 0 else -1
         pool_insert(keys, stamps, counts, conts, clock, paired, tails)
-    pool_insert(keys, stamps, counts, conts, clock, np.ascontiguousarray(grams[:, 0]), tails)
+    pool_insert(keys, stamps, counts, conts, clock, firsts, tails)
 
 
 @njit(cache=True)
@@ -277,13 +288,19 @@ def step_layout(head_offsets, head_allowed, depths, anchors, attend):
     ancestry (``anchors``, ``attend`` as :func:`merge_trie` returns them)."""
     n, t = head_offsets.shape[0], depths.shape[0]
     offsets = np.empty(n + t, dtype=np.int64)
-    offsets[:n] = head_offsets
-    offsets[n:] = depths
-    allowed = np.zeros((n + t, n + t), dtype=np.bool_)
-    allowed[:n, :n] = head_allowed
+    for i in range(n):
+        offsets[i] = head_offsets[i]
     for d in range(t):
-        allowed[n + d, :n] = head_allowed[anchors[d]]
-        allowed[n + d, n:] = attend[d]
+        offsets[n + d] = depths[d]
+    allowed = np.zeros((n + t, n + t), dtype=np.bool_)
+    for i in range(n):
+        for j in range(n):
+            allowed[i, j] = head_allowed[i, j]
+    for d in range(t):
+        for j in range(n):
+            allowed[n + d, j] = head_allowed[anchors[d], j]
+        for e in range(t):
+            allowed[n + d, n + e] = attend[d, e]
     return offsets, allowed
 
 

@@ -49,11 +49,15 @@ def _partition(text, n, wrap, occ, keys, lo, hi, depth):
     after), so each token's occurrences are one run."""
     for i in range(lo, hi):
         keys[i] = _token(text, n, occ[i], depth, wrap)
-    order = np.argsort(keys[lo:hi], kind="mergesort")
-    sorted_occ = occ[lo:hi][order]
-    sorted_keys = keys[lo:hi][order]
-    occ[lo:hi] = sorted_occ
-    keys[lo:hi] = sorted_keys
+    # a stable insertion sort: a match has at most MAX_OCCURRENCES (64) occurrences, and
+    # numba's argsort costs seconds of compile time
+    for i in range(lo + 1, hi):
+        key, pos = keys[i], occ[i]
+        j = i - 1
+        while j >= lo and keys[j] > key:
+            keys[j + 1], occ[j + 1] = keys[j], occ[j]
+            j -= 1
+        keys[j + 1], occ[j + 1] = key, pos
 
 
 @njit(cache=True)
@@ -157,9 +161,8 @@ def _grow_keep(text, n, wrap, occ, m, max_nodes, max_depth, spec_factor, spec_of
     if expected <= best[1]:
         return best
     out_t, out_p, out_q = out
-    out_t[:count] = t[:count]
-    out_p[:count] = p[:count]
-    out_q[:count] = q[:count]
+    for i in range(count):  # a loop, not slices: their shape checks cost seconds of compile time
+        out_t[i], out_p[i], out_q[i] = t[i], p[i], q[i]
     return count, expected, m
 
 
@@ -167,7 +170,8 @@ def _grow_keep(text, n, wrap, occ, m, max_nodes, max_depth, spec_factor, spec_of
 def text_draft(
     tokens, min_match, max_match, max_occ, max_nodes, max_depth, spec_factor, spec_offset, min_prob, out_t, out_p, out_q
 ):
-    """The best draft from the text itself (prompt and output so far), over every match
+    """The best draft from the text itself (``tokens``, int32: the prompt and output so far,
+    typed as the indexes are, so the kernels below compile once), over every match
     length from the longest down to ``min_match``: for length m the occurrences are the
     latest ``max_occ`` positions preceded by the text's last m tokens, and the tree is at most
     ``m * spec_factor + spec_offset`` deep. Keeps the tree that expects the most tokens.
@@ -248,7 +252,7 @@ def index_draft(
     out_q,
 ):
     """:func:`text_draft` over an indexed text (``text`` int32 ``[N]``, texts separated by -1;
-    ``sa`` its suffix array) for the end of ``query`` (int64, the current text). A match
+    ``sa`` its suffix array) for the end of ``query`` (int32, the current text). A match
     with more than ``max_occ`` occurrences uses an even stride of them (the rows of a
     suffix-array range are sorted by what follows, so a stride keeps each continuation's
     share to within one row in ``max_occ``). Returns ``(nodes, expected, m)``."""

@@ -76,14 +76,15 @@ def _fetch_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     preds = values.argmax(-1)  # numpy's first maximum, or first NaN: torch.argmax's choice
     top = None
     if k:
-        top = np.empty((values.shape[0], k), dtype=np.int64)
-        top[:, 0] = preds
+        ranked = np.empty((k, values.shape[0]), dtype=np.int64)  # rank-major: each rank's ids contiguous
+        ranked[0] = preds
         hidden = np.empty((k - 1, values.shape[0]), dtype=values.dtype)
         for i in range(1, k):
-            kernels.hide_at(values, top[:, i - 1], hidden[i - 1], -np.inf)
-            top[:, i] = values.argmax(-1)
+            kernels.hide_at(values, ranked[i - 1], hidden[i - 1], -np.inf)
+            ranked[i] = values.argmax(-1)
         for i in reversed(range(1, k)):
-            kernels.put_back(values, top[:, i - 1], hidden[i - 1])
+            kernels.put_back(values, ranked[i - 1], hidden[i - 1])
+        top = np.ascontiguousarray(ranked.T)
     if logits.dim() != 2:  # the rows' own shape: [q] from a step's [q, V] as it is
         shape = tuple(logits.shape[:-1])
         preds, top = preds.reshape(shape), top.reshape(*shape, k) if k else None

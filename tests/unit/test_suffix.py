@@ -87,7 +87,7 @@ def check_top(got: dict, want: dict, cap: int) -> float:
 )
 def test_grow_tree_is_the_best_first_top_of_the_continuations(text, data, max_depth, min_prob, cap, wrap):
     occ = data.draw(st.lists(st.integers(0, len(text)), min_size=1, max_size=8))
-    arr = np.array(text, dtype=np.int64)
+    arr = np.array(text, dtype=np.int32)
     out = outputs(cap)
     count, expected = suffix_kernels.grow_tree(
         arr, arr.shape[0], wrap, np.array(occ, dtype=np.int64), cap, max_depth, min_prob, *out
@@ -115,7 +115,7 @@ def reference_text_draft(text, max_match, max_occ, max_depth, min_prob):
 @settings(max_examples=200)
 @given(text=copy_texts(), max_match=st.integers(1, 6), max_occ=st.integers(1, 6))
 def test_text_draft_keeps_the_match_length_that_expects_most(text, max_match, max_occ):
-    arr = np.array(text, dtype=np.int64)
+    arr = np.array(text, dtype=np.int32)  # the current text as the copy drafter passes it
     out = outputs()
     count, expected, m = suffix_kernels.text_draft(arr, 1, max_match, max_occ, CAP, CAP, 2.0, 2.0, 0.1, *out)
     assert expected == pytest.approx(reference_text_draft(text, max_match, max_occ, CAP, 0.1))
@@ -124,7 +124,7 @@ def test_text_draft_keeps_the_match_length_that_expects_most(text, max_match, ma
 
 def test_text_draft_continues_a_loop():
     """A text that repeats a period drafts the period on, one chain of probability 1."""
-    text = np.array([5, 6, 7, 8] * 3 + [5, 6], dtype=np.int64)
+    text = np.array([5, 6, 7, 8] * 3 + [5, 6], dtype=np.int32)
     out = outputs()
     count, expected, _ = suffix_kernels.text_draft(text, 1, 16, 64, CAP, CAP, 2.0, 2.0, 0.1, *out)
     assert out[0][:count].tolist() == ([7, 8, 5, 6] * 4)[:count] and count == CAP
@@ -155,7 +155,7 @@ def test_index_draft_expects_what_the_reference_does(case, max_match):
         return
     index = SuffixIndex.from_texts(np.array(t, dtype=np.int64) for t in earlier)
     joined = index.text.tolist()
-    query = np.array(text, dtype=np.int64)
+    query = np.array(text, dtype=np.int32)
     out = outputs()
     count, expected, m = suffix_kernels.index_draft(
         index.text, index.sa, query, 1, max_match, 1 << 12, CAP, CAP, 2.0, 2.0, 0.1, *out
