@@ -32,7 +32,9 @@ class LookaheadStats:
         fallback: True when the call ran plain ``model.generate`` instead.
         compiled_graphs: on a compiled static cache, the bucket sizes this call traced (and
             timed) before its prefill: none when an earlier call on the same cache did.
-        warmup_s: seconds that took (outside ``forward_s``, inside ``total_s``).
+        warmup_s: seconds spent before the prefill making sure no step waits for a compile:
+            the numba kernels on a process's first call (``lookahead.warmup``) and the
+            compiled buckets above (outside ``forward_s``, inside ``total_s``).
     """
 
     forwards: int = 0

@@ -61,3 +61,17 @@ def llama():
     from tiny_models import tiny_model
 
     return tiny_model("llama", "sdpa")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when any numba kernel ended it with more than one compiled signature:
+    each is typed alike at every call site, so a second one is a path that would compile
+    inside a decode (lookahead.warmup)."""
+    from lookahead.warmup import all_kernels
+
+    many = {name: [str(s) for s in k.signatures] for name, k in all_kernels().items() if len(k.signatures) > 1}
+    if many:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for name, sigs in many.items():
+            reporter.write_line(f"kernel {name} compiled {len(sigs)} signatures: {sigs}", red=True)
+        session.exitstatus = 1
