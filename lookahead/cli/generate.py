@@ -81,7 +81,7 @@ def run_command(args) -> int:
     prompt = _read_prompt(args.prompt)
     model, tokenizer = options.load_model(args)
     settings = Settings.from_args(args, loading.pad_token_id(model, tokenizer))
-    index = options.load_index(args.index, model)
+    index = options.load_index(args.index, model, tokenizer)
     to_stdout = args.json == options.STDOUT
     try:
         outcome = run(

@@ -112,8 +112,9 @@ def run(args) -> int:
     files = corpus_files(args.paths, args.include, args.exclude)
     if not files:
         raise UsageError("index build: no files matched")
-    index, report = build(files, _tokenizer(args.model))
-    index.save(args.output)
+    tokenizer = _tokenizer(args.model)
+    index, report = build(files, tokenizer)
+    index.save(args.output, tokenizer=tokenizer)  # marked: a load with another tokenizer is refused
     print(
         f"indexed {report['files']} files, {report['tokens']:,} tokens into {args.output}: "
         f"{report['bytes'] / 2**20:.1f} MiB ({BYTES_PER_TOKEN} bytes per token); "

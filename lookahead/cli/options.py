@@ -200,14 +200,17 @@ def load_model(args, need_tokenizer: bool = True):
     )
 
 
-def load_index(path: str | None, model):
+def load_index(path: str | None, model, tokenizer=None):
     """The corpus index ``--index`` names (``lookahead index build``), checked against the
-    model's vocabulary; None without ``--index``."""
+    model's vocabulary and, where both are known, its tokenizer; None without ``--index``."""
     if path is None:
         return None
     from lookahead.drafts.suffix import SuffixIndex
 
-    return SuffixIndex.load(path, getattr(model.config, "vocab_size", None))
+    try:
+        return SuffixIndex.load(path, getattr(model.config, "vocab_size", None), tokenizer=tokenizer)
+    except ValueError as err:
+        raise UsageError(f"--index {err}") from err
 
 
 def model_meta(args, model) -> dict:

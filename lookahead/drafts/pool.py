@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead.drafts import kernels
+from lookahead.drafts import files, kernels
 from lookahead.drafts.suffix import SuffixIndex
 
 RECENT_TOKENS = 4096  # the recent texts' index may grow this far before the bulk is rebuilt
@@ -156,8 +156,10 @@ class NgramPool:
         n = kernels.pool_lookup(*args, np.int64(key), self._out, paired)
         return self._out[:n], paired
 
-    def save(self, path) -> None:
-        """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""
+    def save(self, path, tokenizer=None) -> None:
+        """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle),
+        marked with ``tokenizer``'s fingerprint where given, so that a load with another
+        tokenizer is refused."""
         np.savez(
             path,
             keys=self._keys,
@@ -168,28 +170,37 @@ class NgramPool:
             shape=np.array([self.ngram, self.guesses, self.context_tokens]),
             history=self._history,
             history_capacity=np.array(self.history_capacity),
+            **files.marks("pool", tokenizer),
         )
 
     @classmethod
-    def load(cls, path) -> NgramPool:
-        """Read a pool written by :meth:`save` (``allow_pickle=False``: arrays only)."""
-        with np.load(path, allow_pickle=False) as data:
-            ngram, guesses, context_tokens = (int(x) for x in data["shape"])
-            pool = cls(ngram, guesses, data["keys"].shape[0], context_tokens)
-            for name in ("keys", "stamps", "counts", "conts", "clock"):
-                held = getattr(pool, f"_{name}")
-                if data[name].shape != held.shape or data[name].dtype != held.dtype:
-                    raise ValueError(
-                        f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
-                        f"expected {held.shape} {held.dtype}"
-                    )
-                held[...] = data[name]
-            if "history" in data:  # files written before the history was kept have none
-                capacity = data["history_capacity"]
-                if capacity.shape != () or not np.issubdtype(capacity.dtype, np.integer) or int(capacity) < 0:
-                    raise ValueError(f"{path}: 'history_capacity' must be one int >= 0, got {capacity!r}")
-                pool.history_capacity = int(capacity)
-                pool._history = np.asarray(data["history"], dtype=np.int64)[-pool.history_capacity :]
+    def load(cls, path, tokenizer=None) -> NgramPool:
+        """Read a pool written by :meth:`save` (arrays only, never a pickle). A file is input:
+        anything but such a pool (made for ``tokenizer``, where both name one) raises
+        ``ValueError`` naming what it is not."""
+        data = files.read(path, "pool", ("keys", "stamps", "counts", "conts", "clock", "shape"), tokenizer)
+        shape = data["shape"]
+        if shape.shape != (3,) or not np.issubdtype(shape.dtype, np.integer):
+            raise ValueError(f"{path}: array 'shape' must hold 3 ints (ngram, guesses, context tokens), got {shape!r}")
+        ngram, guesses, context_tokens = (int(x) for x in shape)
+        pool = cls(ngram, guesses, data["keys"].shape[0], context_tokens)
+        for name in ("keys", "stamps", "counts", "conts", "clock"):
+            held = getattr(pool, f"_{name}")
+            if data[name].shape != held.shape or data[name].dtype != held.dtype:
+                raise ValueError(
+                    f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
+                    f"expected {held.shape} {held.dtype}"
+                )
+            held[...] = data[name]
+        if "history" in data:  # files written before the history was kept have none
+            capacity = data.get("history_capacity")
+            if capacity is None or capacity.shape != () or not np.issubdtype(capacity.dtype, np.integer):
+                raise ValueError(f"{path}: 'history_capacity' must be one int >= 0, got {capacity!r}")
+            if int(capacity) < 0:
+                raise ValueError(f"{path}: 'history_capacity' must be one int >= 0, got {int(capacity)}")
+            pool.history_capacity = int(capacity)
+            history = np.asarray(data["history"], dtype=np.int64)
+            pool._history = history[max(history.shape[0] - pool.history_capacity, 0) :]
         pool._check_values(path)
         return pool
 

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from lookahead.drafts import suffix_kernels
+from lookahead.drafts import files, suffix_kernels
 
 SORT_DEPTH = 64  # suffixes are sorted by their first SORT_DEPTH tokens: more than any match and draft
 BYTES_PER_TOKEN = 8
@@ -82,25 +82,24 @@ class SuffixIndex:
 
     def count(self, pattern) -> int:
         """How often ``pattern`` (a token sequence) occurs in the texts."""
-        query = np.asarray(pattern, dtype=np.int64)
+        query = np.asarray(pattern, dtype=np.int32)
         if not query.shape[0]:
             return len(self)
         lo, hi = suffix_kernels.suffix_range(self.text, self.sa, query, query.shape[0])
         return int(hi - lo)
 
-    def save(self, path) -> None:
-        """Write ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle)."""
-        np.savez(path, text=self.text, sa=self.sa, format=np.array([1]))
+    def save(self, path, tokenizer=None) -> None:
+        """Write ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle), marked with
+        ``tokenizer``'s fingerprint where given (``lookahead index build`` gives it)."""
+        np.savez(path, text=self.text, sa=self.sa, format=np.array([1]), **files.marks("suffix index", tokenizer))
 
     @classmethod
-    def load(cls, path, vocab_size: int | None = None) -> SuffixIndex:
-        """Read an index written by :meth:`save` (``allow_pickle=False``). A file is input:
-        arrays of the wrong shape, dtype or values raise ``ValueError`` naming them."""
-        with np.load(path, allow_pickle=False) as data:
-            for name in ("text", "sa"):
-                if name not in data:
-                    raise ValueError(f"{path}: not a lookahead suffix index (no array {name!r})")
-            text, sa = data["text"], data["sa"]
+    def load(cls, path, vocab_size: int | None = None, tokenizer=None) -> SuffixIndex:
+        """Read an index written by :meth:`save` (arrays only, never a pickle). A file is
+        input: anything but an index of ids below ``vocab_size``, made with ``tokenizer``
+        where both name one, raises ``ValueError`` naming what it is not."""
+        data = files.read(path, "suffix index", ("text", "sa"), tokenizer)
+        text, sa = data["text"], data["sa"]
         for name, array in (("text", text), ("sa", sa)):
             if array.ndim != 1 or array.dtype != np.int32:
                 raise ValueError(f"{path}: array {name!r} must be int32 [N], got {array.dtype} {array.shape}")

@@ -43,3 +43,32 @@ def test_index_build_without_matches_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and "no files matched" in capsys.readouterr().err
     code = cli.main(["index", "build", str(tmp_path / "missing"), "-o", str(tmp_path / "i.npz")])
     assert code == 2 and "does not exist" in capsys.readouterr().err
+
+
+@needs_embedded
+def test_generate_refuses_a_spoiled_or_foreign_index_with_exit_2(tmp_path, capsys):
+    """A truncated index, a text file, and an index marked with another tokenizer of the same
+    vocabulary size: each a usage error (exit 2) that says what the file is not."""
+    import numpy as np
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("def add(a, b):\n    return a + b\n" * 400)
+    good = tmp_path / "corpus.npz"
+    assert cli.main(["index", "build", str(tmp_path / "src"), "-o", str(good)]) == 0
+    assert good.stat().st_size > 5000
+    (tmp_path / "cut.npz").write_bytes(good.read_bytes()[:5000])
+    (tmp_path / "notes.txt").write_text("not an index\n")
+    data = dict(np.load(good))
+    size = str(data["vocabulary"][()]).split(":")[0]
+    data["vocabulary"] = np.array(f"{size}:0123456789abcdef")  # same size, other tokens
+    np.savez(tmp_path / "foreign.npz", **data)
+    capsys.readouterr()
+    for name, message in (
+        ("cut.npz", "damaged or truncated"),
+        ("notes.txt", "not a lookahead suffix index"),
+        ("foreign.npz", "made with another tokenizer"),
+    ):
+        argv = ["generate", "--max-new-tokens", "4", "--index", str(tmp_path / name), "def f():"]
+        assert cli.main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

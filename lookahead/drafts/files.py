@@ -1,0 +1,82 @@
+"""lookahead's own files (a kept pool, a suffix index): numpy ``.npz`` archives of plain arrays,
+never pickles, each marked with its kind and the vocabulary it was made for.
+
+A file is input. Whatever it is (a truncated archive, a text file, the other kind, a file
+made with another tokenizer), reading it either gives the arrays or raises a ``ValueError``
+that names the path, says what the file is not and what was expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+import zlib
+
+import numpy as np
+
+_ZIP_MAGIC = b"PK\x03\x04"  # every .npz archive starts as a zip file does
+MADE_BY = {"pool": "NgramPool.save", "suffix index": "lookahead index build, or SuffixIndex.save"}
+
+
+def fingerprint(tokenizer) -> str:
+    """``"<size>:<hash>"`` of a tokenizer's vocabulary (each token and its id): two tokenizers
+    with one vocabulary size but other tokens get different fingerprints."""
+    vocab = tokenizer.get_vocab()
+    text = json.dumps(sorted(vocab.items(), key=lambda item: item[1]), ensure_ascii=False)
+    return f"{len(vocab)}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def marks(kind: str, tokenizer=None) -> dict[str, np.ndarray]:
+    """The arrays that mark a saved file: its kind and, where known, its tokenizer's fingerprint."""
+    return {"kind": np.array(kind), "vocabulary": np.array(fingerprint(tokenizer) if tokenizer is not None else "")}
+
+
+def read(path, kind: str, names: tuple[str, ...], tokenizer=None) -> dict[str, np.ndarray]:
+    """Every array of the ``kind`` file at ``path``, read whole (a truncated archive fails here,
+    not in a decode). Checks that it is an archive, of this kind, holding ``names``, and (with
+    ``tokenizer``) made for that tokenizer; ``ValueError`` otherwise."""
+    expected = f"a lookahead {kind} (a .npz archive written by {MADE_BY[kind]})"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror}); expected {expected}") from err
+    if head != _ZIP_MAGIC:
+        raise ValueError(f"{path}: not {expected}: it starts with {head!r}, not as a .npz archive does")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
+        raise ValueError(f"{path}: a damaged or truncated archive, not {expected} ({err})") from err
+    found = _kind_of(arrays)
+    if found != f"a lookahead {kind}":
+        raise ValueError(f"{path}: {found}, not {expected}")
+    for name in names:
+        if name not in arrays:
+            raise ValueError(f"{path}: not {expected}: no array {name!r}")
+    _check_vocabulary(arrays, path, kind, tokenizer)
+    return arrays
+
+
+def _kind_of(arrays: dict) -> str:
+    """What a file is: its mark, or for files written before marks, its arrays' names."""
+    if "kind" in arrays and arrays["kind"].dtype.kind == "U":
+        return f"a lookahead {arrays['kind'][()]}"
+    if "shape" in arrays and "conts" in arrays:
+        return "a lookahead pool"
+    if "sa" in arrays or "text" in arrays:
+        return "a lookahead suffix index"
+    return f"an archive of arrays {sorted(arrays)}"
+
+
+def _check_vocabulary(arrays: dict, path, kind: str, tokenizer) -> None:
+    stored = str(arrays["vocabulary"][()]) if "vocabulary" in arrays else ""
+    if tokenizer is None or not stored:
+        return
+    mine = fingerprint(tokenizer)
+    if stored != mine:
+        raise ValueError(
+            f"{path}: a {kind} made with another tokenizer (vocabulary {stored}; this model's is {mine}): "
+            f"its drafts would be noise. Rebuild it with this model's tokenizer"
+        )
