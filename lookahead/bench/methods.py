@@ -72,6 +72,7 @@ class RunResult:
     peak_mem_mb: float
     extra: dict = field(default_factory=dict)
     prefill_s: float | None = None  # the first forward's seconds, when the hooks saw every forward
+    warmup_s: float = 0.0  # of wall_s, what lookahead spent before its prefill (compiles: none after the warm-up)
 
     @property
     def new_tokens(self) -> int:
@@ -269,7 +270,9 @@ def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
         "fallback": stats.fallback,
     }
     forwards = stats.row_forwards or stats.forwards
-    return RunResult(tokens, forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra)
+    return RunResult(
+        tokens, forwards, stats.forward_s, wall, stats.steps, accepted, peak, extra, warmup_s=stats.warmup_s
+    )
 
 
 def _from_probe(tokens, probe: probes.ForwardProbe, prompt_len: int, wall: float, peak: float) -> RunResult:

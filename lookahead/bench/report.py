@@ -98,8 +98,24 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "forward_cost": _ratio(
             _mean_step_forward_s(records, label) or 0.0, _mean_step_forward_s(records, baseline) or 0.0
         ),
+        "compile_s": sum(r.warmup_s for r in rows),  # inside timed runs: 0 after a warm-up
+        "slow_prompts": slow_prompts(records, label),
         **_engine_extras(rows),
     }
+
+
+SLOW = 5.0  # a prompt this many times its method's median seconds per token is flagged (a stall)
+
+
+def slow_prompts(records: list[Record], label: str) -> list[str]:
+    """The prompts whose seconds per new token exceed ``SLOW`` x the method's median: a compile
+    or another stall inside a timed run (per token, so a prompt that ran longer is not one)."""
+    rows = [r for r in records if r.label == label and r.result.new_tokens]
+    per_token = {r.prompt_id: r.result.wall_s / r.result.new_tokens for r in rows}
+    if len(per_token) < 3:
+        return []
+    median = statistics.median(per_token.values())
+    return [pid for pid, s in per_token.items() if s > SLOW * median]
 
 
 def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
@@ -159,6 +175,7 @@ TABLE_COLUMNS = (
     ("fwd cost", "forward_cost", ".2f"),
     ("overhead", "overhead_share", ".0%"),
     ("peak MiB", "peak_mem_mb", ".0f"),
+    ("slow", "slow_prompts", ""),
     ("exact", "mismatches", ""),
 )
 
@@ -166,6 +183,8 @@ TABLE_COLUMNS = (
 def _cell(label: str, summary: dict, key: str, spec: str, n_prompts: int) -> str:
     if key == "method":
         return label
+    if key == "slow_prompts":
+        return str(len(summary[key])) if summary[key] else "-"
     if key == "mismatches":
         m, ties = summary["mismatches"], summary.get("ties") or 0
         if m is None:
@@ -220,6 +239,22 @@ def table(doc: dict) -> str:
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def warmup_lines(doc: dict) -> list[str]:
+    """What each method spent before its timed runs (compiles, first calls), apart from the
+    decoding the table times, and the prompts flagged as stalls."""
+    warm = doc["config"].get("warmup_s") or {}
+    lines = []
+    if warm:
+        spent = ", ".join(f"{label} {s:.2f} s" for label, s in warm.items())
+        lines.append(f"warm-up before the timed runs (compiles, first calls; not in the table): {spent}")
+    for label, s in doc["methods"].items():
+        if s.get("compile_s"):
+            lines.append(f"{label}: {s['compile_s']:.2f} s of its timed runs went to compiling before a prefill")
+        for pid in s.get("slow_prompts") or ():
+            lines.append(f"!! slow: {label} on {pid}: over {SLOW:g}x its median seconds per token (a stall?)")
+    return lines
 
 
 def explain(doc: dict) -> list[str]:

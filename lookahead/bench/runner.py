@@ -7,6 +7,7 @@ other jobs) hits all of them alike. Each prompt gets its own seed, the same for 
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -51,12 +52,16 @@ def warm_up(
     variants: list[Variant],
     skipped: dict[str, str],
     attention_mask: torch.Tensor | None = None,
-) -> None:
-    """One short run of each method: kernels, allocator and JIT-compiled code get ready.
+) -> dict[str, float]:
+    """Each method's real path, run short, twice: kernels, allocator and compiled code get ready
+    (lookahead compiles every numba kernel its settings reach before its first prefill), and a
+    kept pool or global tree already holds a request when the second run drafts from it.
+    Returns each label's warm-up seconds; what a kept state learnt is forgotten afterwards.
 
     A method that cannot serve this model or request is noted in ``skipped`` (label -> reason).
     """
     seen: dict[tuple, str | None] = {}
+    seconds: dict[str, float] = {}
     for variant in variants:
         key = (variant.method, tuple(sorted(variant.settings.config_fields.items())))
         if key not in seen:
@@ -65,27 +70,19 @@ def warm_up(
                 max_new_tokens=min(WARMUP_TOKENS, variant.settings.max_new_tokens),
                 attention_mask=attention_mask,
             )
+            started = time.perf_counter()
             try:
-                methods.measure(variant.method, model, input_ids, short)
-                if variant.method == "lookahead":
-                    _compile_kernels(model, input_ids, attention_mask, short)
+                for _ in range(2):
+                    methods.measure(variant.method, model, input_ids, short)
                 seen[key] = None
             except methods.MethodUnavailable as err:
                 seen[key] = str(err)
+            seconds[variant.label] = time.perf_counter() - started
         if seen[key] is not None:
             skipped[variant.label] = seen[key]
     for variant in variants:
         variant.settings.state.clear()  # what the warm-up taught a kept pool is forgotten
-
-
-def _compile_kernels(model, input_ids, attention_mask, settings) -> None:
-    """One greedy run over the first row's text said twice, where drafts hold: every numba
-    kernel a step may call (the draft's, the budget's learning, the greedy walk) compiles (or
-    loads from numba's cache) here, not inside a timed run whose own warm-up drafted nothing
-    (sampling at a high temperature)."""
-    row = input_ids[:1] if attention_mask is None else input_ids[:1, attention_mask[0].bool()]
-    twice = torch.cat([row, row], dim=1)
-    methods.measure("lookahead", model, twice, replace(settings, do_sample=False, attention_mask=None, state={}))
+    return seconds
 
 
 def run(
@@ -100,6 +97,7 @@ def run(
     progress: bool = True,
     repeats: int = 1,
     batch_size: int = 1,
+    warmup_s: dict[str, float] | None = None,
 ) -> tuple[list[Record], dict[str, str]]:
     """Measure every variant on every prompt; mark where each output first differs from the baseline's.
 
@@ -108,13 +106,16 @@ def run(
 
     With ``repeats`` > 1 each prompt's round (A B C) runs that many times and each variant keeps
     its run of median wall time. Returns the records and the variants dropped because their
-    method cannot run here (label -> reason); a dropped variant leaves no records.
+    method cannot run here (label -> reason); a dropped variant leaves no records. Each
+    label's warm-up seconds go into ``warmup_s`` where given.
     """
     device = next(model.parameters()).device
     groups = batches(prompts, encoded, batch_size, variants[0].settings.pad_token_id if variants else None, device)
     skipped: dict[str, str] = {}
     if warmup and groups:
-        warm_up(model, groups[0][1], variants, skipped, groups[0][2])
+        seconds = warm_up(model, groups[0][1], variants, skipped, groups[0][2])
+        if warmup_s is not None:
+            warmup_s.update(seconds)
     records: list[Record] = []
     total = len(groups) * len(variants) * repeats
     with tqdm(total=total, desc="bench", unit="run", disable=not progress, file=sys.stderr) as bar:

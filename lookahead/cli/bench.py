@@ -140,7 +140,7 @@ def setup(args):
         loading.pad_token_id(model, tokenizer),
         keep_pool=args.keep_pool,
         compile=args.compile,
-        index=options.load_index(args.index, model),
+        index=options.load_index(args.index, model, tokenizer),
         # one cache length for every prompt: a compiled forward is specialised to it
         max_cache_len=max(len(e) for e in encoded) + args.max_new_tokens if args.compile else None,
     )
@@ -199,9 +199,11 @@ def run_config(args, model, chosen, encoded, labels, lookahead_fields: dict) -> 
 
 
 def measure(args, model, chosen, encoded, variants):
-    """Records, and the labels that ran (variants whose method cannot run here are dropped, loudly)."""
+    """Records, the labels that ran (variants whose method cannot run here are dropped, loudly),
+    the dropped ones, and each label's warm-up seconds."""
     from lookahead.bench import runner
 
+    warm: dict[str, float] = {}
     records, skipped = runner.run(
         model,
         chosen,
@@ -212,10 +214,11 @@ def measure(args, model, chosen, encoded, variants):
         progress=not args.no_progress,
         repeats=args.repeats,
         batch_size=args.batch_size,
+        warmup_s=warm,
     )
     for label, reason in skipped.items():
         print(f"SKIPPED: {label}: {reason}", file=sys.stderr)
-    return records, [v.label for v in variants if v.label not in skipped], skipped
+    return records, [v.label for v in variants if v.label not in skipped], skipped, warm
 
 
 def verdict(args, doc: dict) -> int:
@@ -255,15 +258,16 @@ def run(args) -> int:
     if any(m in methods.ENGINE_METHODS for m in labels):
         options.make_config({"method": "lookahead", **fields})  # bad lookahead options fail before measuring
     variants = [Variant(m, m, replace(settings, state={})) for m in labels]
-    records, labels, skipped = measure(args, model, chosen, encoded, variants)
+    records, labels, skipped, warm = measure(args, model, chosen, encoded, variants)
     config = run_config(args, model, chosen, encoded, labels, _resolved(fields))
     config["skipped"] = skipped
+    config["warmup_s"] = {label: round(s, 3) for label, s in warm.items() if label in labels}
     config["cost_curve"] = _curve_used(args, model, labels, config["lookahead"])
     doc = report.document(config, records, labels, methods.BASELINE, exactness=True)
     out = options.human(args)
     print(report.headline(doc["config"]), file=out)
     print(report.table(doc), file=out)
-    for line in report.explain(doc) + report.curve_lines(doc["config"]):
+    for line in report.explain(doc) + report.warmup_lines(doc) + report.curve_lines(doc["config"]):
         print(line, file=out)
     if args.json:
         options.write_json(doc, args.json, out)

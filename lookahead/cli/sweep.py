@@ -56,7 +56,7 @@ def run(args) -> int:
     variants = grids.grid_variants(settings, *grid, method=args.method)
     if len(variants) < 2:
         raise UsageError("no valid lookahead shape in the grid")
-    records, labels, skipped = bench.measure(args, model, chosen, encoded, variants)
+    records, labels, skipped, _ = bench.measure(args, model, chosen, encoded, variants)
     variants = [v for v in variants if v.label in labels]
     if len(variants) < 2:
         raise methods.MethodUnavailable(f"{args.method} could not run any grid point: {next(iter(skipped.values()))}")
