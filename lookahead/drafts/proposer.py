@@ -17,6 +17,7 @@ from lookahead.config import LookaheadConfig
 from lookahead.drafts import kernels
 from lookahead.drafts.budget import DraftBudget
 from lookahead.drafts.copy_drafter import CopyDrafter
+from lookahead.drafts.jacobi import free_iteration
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.successors import SuccessorTable
 from lookahead.drafts.suffix import SuffixIndex
@@ -34,6 +35,9 @@ _NO_CHAIN = np.zeros(0, dtype=np.int64)
 # alone, so a fresh request still tries them (docs/benchmarks.md, POOL_SOURCES)
 POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
 SUCCESSOR_SOURCE = (("successors", 0.3, 0.6),)
+# the window's free Jacobi iteration: right after one wrong token the model's next prediction
+# held 23% of the time on the embedded model (docs/benchmarks.md, WINDOW_SOURCE)
+WINDOW_SOURCE = (("window", 0.25, 0.5),)
 
 
 class Proposer:
@@ -81,8 +85,13 @@ class Proposer:
                 corpus=index,
             )
             if costs is not None:
-                sources = POOL_SOURCES * config.uses_pool + SUCCESSOR_SOURCE * config.uses_successors
+                # the window first: a node it shares with another source learns (and is credited) as its
+                sources = WINDOW_SOURCE * (config.window > 0) + POOL_SOURCES * config.uses_pool
+                sources += SUCCESSOR_SOURCE * config.uses_successors
                 self.budget = DraftBudget(config.copy_length, costs, overhead, sources, config.ngram - 1)
+        # the window's guess of the tokens after the root, from the last step's free Jacobi
+        # iteration (the budget weighs it with the other sources)
+        self.jacobi = _NO_CHAIN
         self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
         self.step_mask: StepMask | None = None  # root + window + guesses
@@ -127,6 +136,7 @@ class Proposer:
         stats.steps += 1
         stats.guess_tokens += fed - 1
         stats.lean_steps += int(not step.windowed)
+        stats.window_steps += int(step.windowed or "window" in step.origins)
         stats.plain_steps += int(shape == PLAIN or fed == 1)
         stats.draft_steps += int(shape == DRAFT and fed > 1)
         stats.record_step(accepted)
@@ -171,6 +181,8 @@ class Proposer:
         the budget's choice from every source, or (under a fixed shape) every source's whole
         guesses, the copy guess's, then the pool's, then the recycled successors'."""
         parts = []
+        if self.budget is not None and self.config.window:
+            parts.append(("window", self.jacobi[None]))
         if self.pool is not None:
             # a step follows the prefill: the prompt's last token precedes its first token
             pooled, paired = self.pool.lookup_split(seq.tokens[-1], seq.tokens[-2])
@@ -203,21 +215,45 @@ class Proposer:
         if self.pool is not None:
             self.pool.insert(ngrams, before)
 
+    def _iterate_window(self, seq: TokenSequence, tree: GuessTree, path: list[int], preds: torch.Tensor) -> None:
+        """The step's free Jacobi iteration becomes the window's guess of what follows the new
+        root (without one, the old guess moves on); a full one is also a trajectory n-gram for
+        the pool, keyed by the root (and the token before it)."""
+        guess = free_iteration(tree, path[-1], self._picker(seq, preds), self.config.ngram - 1)
+        self.jacobi = guess if guess.size else self.jacobi[len(path) :]
+        if self.pool is not None and guess.size == self.config.ngram - 1:
+            gram = np.concatenate([seq.tokens[-1:], guess])[None]
+            self.pool.insert(gram, np.array(seq.tokens[-2:-1], dtype=np.int64))
+
+    def _picker(self, seq: TokenSequence, preds: torch.Tensor):
+        """``pick(node, k)``: the token the rule would emit at a node of the step's tree read as
+        the k-th token after the root: the fetched argmax, or under sampling the race with
+        that position's known noise (so the window follows the sampled text)."""
+        if getattr(self.rule, "guess", None) is None:
+            return lambda node, k: int(preds[node])
+        return lambda node, k: self.rule.guess(node, seq.ids, k)
+
     def learn_text(self, seq: TokenSequence, accepted: int) -> None:
         """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
         if self.pool is not None and self.config.prompt_ngrams:
             text = seq.array()
             self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)
 
-    def learn(self, seq: TokenSequence, preds: torch.Tensor, windowed: bool, accepted: int, root: int) -> None:
-        """After a step that appended ``accepted`` tokens to ``seq`` from the root ``root``:
-        move the window on (by its newest level's predictions, from ``preds``, the host argmax
-        ``[q]`` of the step's logits, when it was fed), file the new n-grams and score the
-        draft's nodes."""
+    def learn(
+        self, seq: TokenSequence, preds: torch.Tensor, windowed: bool, path: list[int], root: int, tree: GuessTree
+    ) -> None:
+        """After a step that walked ``path`` (its accepted nodes) from the root ``root`` down
+        ``tree``, appending ``len(path)`` tokens to ``seq``: move the window on (by its newest
+        level's predictions, from ``preds``, the host argmax ``[q]`` of the step's logits, when
+        it was fed; and by the step's free Jacobi iteration), file the new n-grams and score
+        the draft's nodes."""
+        accepted = len(path)
         if windowed:
             self._advance_window(preds, accepted, root)
         else:
             self.window.slide(accepted)
+        if self.budget is not None and self.config.window:
+            self._iterate_window(seq, tree, path, preds)
         self.learn_text(seq, accepted)
         if self.budget is not None:
             self.budget.learn(seq.tokens[-accepted:])

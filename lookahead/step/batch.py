@@ -249,7 +249,7 @@ class BatchDecoder:
             return path
         appended = seq.tokens[-len(path) :]
         proposer.count(shape, layout, fed, appended)
-        proposer.learn(seq, preds, layout.windowed, len(path), root)
+        proposer.learn(seq, preds, layout.windowed, path, root, layout.tree)
         return path
 
     def _commit(self, accepted: list[list[int]]) -> None:

@@ -25,6 +25,17 @@ from collections import deque
 
 import torch
 
+MAX_LEAD = 64  # the most blocks a peek reads ahead of the real draws (memory: MAX_LEAD x rows x V floats)
+
+
+def _default_generator(device: torch.device) -> torch.Generator:
+    """The generator ``exponential_(generator=None)`` draws from on ``device``."""
+    if device.type == "cuda":
+        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    if device.type == "cpu":
+        return torch.default_generator
+    raise RuntimeError(f"peeking at the noise needs a generator= on {device.type}")
+
 
 class NoiseStream:
     """Blocks of ``Exp(1)`` noise ``[rows, V]``, drawn in order from ``generator``.
@@ -45,6 +56,9 @@ class NoiseStream:
         self._first = 0  # the step of _blocks[0]
         self._next = [0] * rows  # the step each row reads next
         self._live = [True] * rows
+        self._shadow: torch.Generator | None = None  # a copy of the generator, drawing ahead for peeks
+        self._ahead: deque[torch.Tensor] = deque()  # peeked blocks, from step _ahead_first on
+        self._ahead_first = 0
 
     @property
     def drawn(self) -> int:
@@ -66,10 +80,40 @@ class NoiseStream:
         while self.drawn <= step:
             block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
             self._blocks.append(block.exponential_(generator=self.generator))
+            if self._ahead and self._ahead_first < self.drawn:  # the real draw caught up with a peek
+                self._ahead.popleft()
+                self._ahead_first += 1
         noise = self._blocks[step - self._first][row : row + 1]
         self._next[row] = step + 1
         self._drop()
         return noise
+
+    def peek(self, row: int, step: int, like: torch.Tensor) -> torch.Tensor | None:
+        """Row ``row`` of block ``step`` as ``[1, V]``, as :meth:`take` will return it, without
+        reading it: a block not drawn yet comes from a copy of the generator, so the user's
+        generator advances exactly as ``generate``'s does, whatever is peeked. None past
+        ``MAX_LEAD`` blocks ahead of the real draws."""
+        if step < self._next[row]:
+            raise RuntimeError(f"row {row} peeked at step {step}, already read (next unread: {self._next[row]})")
+        if step < self.drawn:
+            return self._blocks[step - self._first][row : row + 1]
+        if step >= self.drawn + MAX_LEAD:
+            return None
+        if self._ahead_first != self.drawn or self._shadow is None:
+            self._sync_shadow(like.device)
+        while self._ahead_first + len(self._ahead) <= step:
+            block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
+            self._ahead.append(block.exponential_(generator=self._shadow))
+        return self._ahead[step - self._ahead_first][row : row + 1]
+
+    def _sync_shadow(self, device: torch.device) -> None:
+        """A copy of the generator at the next real draw (peeked blocks behind it are dropped)."""
+        real = self.generator if self.generator is not None else _default_generator(device)
+        if self._shadow is None or self._shadow.device != real.device:
+            self._shadow = torch.Generator(device=real.device)
+        self._shadow.set_state(real.get_state())
+        self._ahead.clear()
+        self._ahead_first = self.drawn
 
     def release(self, row: int) -> None:
         """Row ``row`` reads no more: the blocks only it still needed can go."""

@@ -130,6 +130,17 @@ class SamplingRule:
             self.ceiling = p if self.emitted == 1 else (1 - _CEILING_ALPHA) * self.ceiling + _CEILING_ALPHA * p
         return pick
 
+    def guess(self, node: int, sequence: torch.Tensor, ahead: int) -> int:
+        """The token the race would emit at ``node`` were it the ``ahead``-th token from now
+        (0: the next one), with that position's known noise and the processors seeing
+        ``sequence``: a guess of the seeded sample there (the argmax beyond the stream's lead).
+        Reads no noise: the output stays ``generate``'s whatever is guessed."""
+        scores = self.report(node, sequence).scores
+        noise = self.noise.peek(self.row, self.emitted + ahead, scores)
+        if noise is None:
+            return int(scores.argmax(-1))
+        return int((torch.softmax(scores, dim=-1) / noise).argmax(-1))
+
     def release(self) -> None:
         """This rule emits no more tokens."""
         self.noise.release(self.row)

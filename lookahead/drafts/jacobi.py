@@ -1,0 +1,55 @@
+"""Free Jacobi iterations: the next guess of the window, read off the forward a step already ran.
+
+A step feeds draft branches and the model predicts the token after every node it was fed.
+Past the last node the walk accepted (``node``), its branches hold tokens that turned out
+wrong, and the prediction after each of their nodes is one Jacobi iteration over that tail:
+the model's next token given the text so far plus the guesses before it. So the deepest branch
+under ``node`` yields, for nothing, a guess of the tokens after the one the step emitted there::
+
+    accepted  root -> a -> b        (the model picked x at b, where the draft had c)
+    branch    b -> c -> d -> e      (c, d, e fed, wrong from c on)
+    picks     at c: p1, at d: p2, at e: p3
+    guess     x -> p1 -> p2 -> p3   (p1 follows x as Jacobi guesses it: c stood where x is)
+
+Greedily the picks are the fetched argmaxes; under seeded sampling, the race each position
+will run with its known noise (``verify.noise.NoiseStream.peek``), so the guesses follow the
+sampled text, whose fixed point under that noise it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lookahead.drafts.tree import GuessTree
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def deepest_branch(tree: GuessTree, node: int) -> list[int]:
+    """The input indices of the deepest branch below ``node`` (its first child on a tie), top
+    down; empty when ``node`` is a leaf."""
+    width, base = int(tree.chain.shape[0]), tree.base
+    parent_of = {i + 1: i for i in range(width)}
+    for d, p in enumerate(tree.parents.tolist()):
+        parent_of[base + d] = int(p)
+    height: dict[int, int] = {}
+    below: dict[int, int] = {}  # each node's child on its deepest branch
+    for child in sorted(parent_of, reverse=True):  # children come after their parents
+        parent, h = parent_of[child], height.get(child, 0) + 1
+        if h > height.get(parent, 0) or (h == height.get(parent, 0) and child < below[parent]):
+            height[parent], below[parent] = h, child
+    branch = []
+    while node in below:
+        node = below[node]
+        branch.append(node)
+    return branch
+
+
+def free_iteration(tree: GuessTree, node: int, pick, depth: int) -> np.ndarray:
+    """The guess of the (at most ``depth``) tokens after the one emitted at ``node``:
+    ``pick(v, k)`` at the k-th node v of the deepest branch below it (int64 ``[<= depth]``,
+    empty for a leaf)."""
+    branch = deepest_branch(tree, node)[:depth]
+    if not branch:
+        return _NONE
+    return np.array([pick(v, k) for k, v in enumerate(branch)], dtype=np.int64)

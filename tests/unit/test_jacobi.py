@@ -1,0 +1,69 @@
+"""The window's free Jacobi iteration: the deepest branch past the accepted node, picked greedily
+or by the race with each position's known noise, and the noise peeked without reading it."""
+
+import numpy as np
+import torch
+
+from lookahead.drafts.jacobi import deepest_branch, free_iteration
+from lookahead.drafts.tree import GuessTree
+from lookahead.verify.noise import NoiseStream
+from lookahead.verify.rules import SamplingRule
+
+
+def _tree():
+    # chain (window level 0): root 0 -> 1 -> 2; draft rows from the root: [7, 8, 9] and [7, 5]
+    chain = np.array([3, 4], dtype=np.int64)
+    return GuessTree.build(chain, 3, np.array([[7, 8, 9], [7, 5, -1]], dtype=np.int64))
+
+
+def test_the_deepest_branch_below_a_node():
+    tree = _tree()
+    kids = tree.children()
+    seven = kids[(0, 7)]
+    eight, five = kids[(seven, 8)], kids[(seven, 5)]
+    nine = kids[(eight, 9)]
+    assert deepest_branch(tree, 0) == [seven, eight, nine]  # deeper than the chain 1 -> 2
+    assert deepest_branch(tree, 1) == [2]
+    assert deepest_branch(tree, seven) == [eight, nine]  # 8's branch is deeper than 5's
+    assert deepest_branch(tree, nine) == [] and deepest_branch(tree, five) == []
+    picks = free_iteration(tree, seven, lambda node, k: 100 * node + k, depth=4)
+    assert picks.tolist() == [100 * eight, 100 * nine + 1]
+    assert free_iteration(tree, 0, lambda node, k: k, depth=2).tolist() == [0, 1]
+
+
+def test_peeked_noise_is_the_noise_later_read_and_leaves_the_generator_alone():
+    like = torch.zeros(1, 11)
+    plain, peeking = NoiseStream(2, torch.Generator().manual_seed(5)), NoiseStream(2, torch.Generator().manual_seed(5))
+    seen = {s: peeking.peek(1, s, like).clone() for s in (3, 0, 6)}
+    assert peeking.drawn == 0  # nothing read from the generator
+    for step in range(8):
+        for row in (0, 1):
+            got, want = peeking.take(row, step, like), plain.take(row, step, like)
+            assert torch.equal(got, want)
+            if row == 1 and step in seen:
+                assert torch.equal(seen[step], got)
+    assert torch.equal(peeking.generator.get_state(), plain.generator.get_state())
+
+
+def test_the_default_generator_is_peeked_on_a_copy():
+    torch.manual_seed(11)
+    stream = NoiseStream(1)
+    stream.peek(0, 2, torch.zeros(1, 7))
+    after = torch.get_rng_state()
+    torch.manual_seed(11)
+    assert torch.equal(after, torch.get_rng_state())
+    assert torch.equal(stream.peek(0, 0, torch.zeros(1, 7)), torch.empty(1, 7).exponential_())
+
+
+def test_a_guess_is_the_token_the_race_emits_at_that_position():
+    """With the same distribution at a node, the guessed token for the k-th emission ahead is
+    the token the seeded race emits there: the window's guesses follow the sampled text."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50) * 2
+    for ahead in range(3):
+        rule = SamplingRule(None, torch.Generator().manual_seed(7))
+        rule.start(logits)
+        guess = rule.guess(1, None, ahead)
+        for _ in range(ahead):  # emit the tokens before that position
+            rule(0, None, [])
+        assert rule(1, None, []).token == guess
