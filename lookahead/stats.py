@@ -22,6 +22,8 @@ class LookaheadStats:
         source_tokens: accepted guessed tokens by the source whose guess matched them
             (``window``, ``copy``, ``pool``, ``successors``; ties go to the first in that order).
         lean_steps: steps that ran without the window (lean or plain: the controller backed off).
+        window_steps: steps that fed a guess of the Jacobi window (its levels, or the draft
+            budget's choice of its free-iteration row).
         plain_steps: steps that fed the last token alone, as plain decoding (a shape that
             found no guess included).
         draft_steps: steps that fed a draft the budget chose, without the window (the
@@ -47,6 +49,7 @@ class LookaheadStats:
     guess_tokens: int = 0
     source_tokens: dict = field(default_factory=dict)
     lean_steps: int = 0
+    window_steps: int = 0
     plain_steps: int = 0
     draft_steps: int = 0
     forward_s: float = 0.0
@@ -91,6 +94,7 @@ class LookaheadStats:
             "guess_tokens": self.guess_tokens,
             "source_tokens": dict(self.source_tokens),
             "lean_steps": self.lean_steps,
+            "window_steps": self.window_steps,
             "plain_steps": self.plain_steps,
             "draft_steps": self.draft_steps,
             "forward_s": self.forward_s,

@@ -267,6 +267,8 @@ def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
         "pool_lookups": stats.pool_lookups,
         "guess_tokens": stats.guess_tokens,
         "lean_steps": getattr(stats, "lean_steps", 0),
+        "window_steps": getattr(stats, "window_steps", 0),
+        "source_tokens": dict(getattr(stats, "source_tokens", {})),
         "fallback": stats.fallback,
     }
     forwards = stats.row_forwards or stats.forwards

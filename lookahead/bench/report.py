@@ -60,9 +60,35 @@ def _engine_extras(rows) -> dict:
         "pool_hit_rate": _ratio(sum(e["pool_hits"] for e in extras), sum(e["pool_lookups"] for e in extras)),
         "guess_tokens_per_step": _ratio(sum(e["guess_tokens"] for e in extras), steps),
         "lean_share": _ratio(sum(e.get("lean_steps", 0) for e in extras), steps),
+        "window_share": _ratio(sum(e.get("window_steps", 0) for e in extras), steps),
+        "source_tokens": _summed(e.get("source_tokens", {}) for e in extras),
         "accepted_hist": hist,
         "fallbacks": sum(1 for e in extras if e["fallback"]),
     }
+
+
+def _summed(counts) -> dict:
+    total: dict = {}
+    for c in counts:
+        for key, n in c.items():
+            total[key] = total.get(key, 0) + n
+    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
+
+
+def source_lines(doc: dict) -> list[str]:
+    """Where each engine method's accepted guessed tokens came from, and how often it fed the window."""
+    lines = []
+    for label, s in doc["methods"].items():
+        tokens = s.get("source_tokens")
+        if not tokens:
+            continue
+        total = sum(tokens.values())
+        shares = ", ".join(f"{name} {n} ({n / total:.0%})" for name, n in tokens.items())
+        window = s.get("window_share")
+        lines.append(
+            f"{label}: accepted guessed tokens by source: {shares}; window fed in {_fmt(window, '.0%')} of steps"
+        )
+    return lines
 
 
 def summarize(records: list[Record], label: str, baseline: str | None, exactness: bool) -> dict:

@@ -267,7 +267,9 @@ def run(args) -> int:
     out = options.human(args)
     print(report.headline(doc["config"]), file=out)
     print(report.table(doc), file=out)
-    for line in report.explain(doc) + report.warmup_lines(doc) + report.curve_lines(doc["config"]):
+    for line in (
+        report.explain(doc) + report.source_lines(doc) + report.warmup_lines(doc) + report.curve_lines(doc["config"])
+    ):
         print(line, file=out)
     if args.json:
         options.write_json(doc, args.json, out)
