@@ -12,6 +12,11 @@ function and every method (nested in classes, not in other functions) of a train
 the shape of a code-completion request (signature, docstring, body, then stop).  Functions are
 deduplicated by normalised text too; those with a docstring are marked, so the sampler can
 prefer them.  Functions of validation files are not extracted, so validation stays unseen.
+
+A third kind, *requests*, is shaped like a HumanEval prompt and its answer: a top-level,
+undecorated function with a docstring and a short body, after the module's imports that the
+function uses (``from typing import List`` then two blank lines, as HumanEval writes them).
+The stdlib's docs are not installed here, so their ``doctest`` examples are not used.
 """
 
 from __future__ import annotations
@@ -120,15 +125,48 @@ def extract_functions(tree, text: str, min_lines: int = 3, max_lines: int = 80):
                 yield f"{prefix}{node.name}", src.rstrip() + "\n", ast.get_docstring(node) is not None
 
 
+def _import_header(tree, func) -> str:
+    """The module-level imports that bind a name ``func`` uses, only those names kept."""
+    used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)}
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names = [a for a in node.names if (a.asname or a.name.split(".")[0]) in used]
+            if names:
+                out.append(ast.unparse(ast.Import(names=names)))
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            names = [a for a in node.names if (a.asname or a.name) in used]
+            if names:
+                out.append(ast.unparse(ast.ImportFrom(module=node.module, names=names, level=node.level)))
+    return "\n".join(out)
+
+
+def request_documents(tree, text: str, max_body: int = 30):
+    """Yield (name, document) for top-level undecorated documented functions, body 1-``max_body``
+    lines after the docstring, each after the imports it uses."""
+    if tree is None:
+        return
+    lines = text.split("\n")
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.decorator_list or ast.get_docstring(node) is None:
+            continue
+        if len(node.body) < 2 or not 1 <= node.end_lineno - node.body[0].end_lineno <= max_body:
+            continue
+        src = "\n".join(ln.rstrip("\r") for ln in lines[node.lineno - 1 : node.end_lineno]).rstrip() + "\n"
+        header = _import_header(tree, node)
+        yield node.name, (header + "\n\n\n" if header else "") + src
+
+
 def _dedup_key(text: str) -> str:
     return hashlib.sha1(" ".join(text.split()).encode()).hexdigest()
 
 
-def build_corpus(extra_packages: list[str], val_every: int, with_functions: bool = True):
-    """Return (train_files, val_files, functions, manifest).
+def build_corpus(extra_packages: list[str], val_every: int, with_functions: bool = True, request_max_body: int = 30):
+    """Return (train_files, val_files, functions, requests, manifest).
 
     Files are (label, text, weight) with ``weight`` = :func:`function_score`; functions are
-    (label, text, has_docstring), from training files only.  All in sorted order.
+    (label, text, has_docstring) and requests (label, text), from training files only.  All
+    in sorted order.
     """
     sources = [("stdlib", stdlib_root(), _py_files(stdlib_root(), EXCLUDED_DIRS))]
     purelib = Path(sysconfig.get_paths()["purelib"])
@@ -137,8 +175,10 @@ def build_corpus(extra_packages: list[str], val_every: int, with_functions: bool
         if not root.is_dir():
             raise SystemExit(f"extra package {pkg!r} not found under {purelib}")
         sources.append((pkg, root, _py_files(root, EXCLUDED_DIRS)))
-    train, val, funcs, manifest = [], [], [], {"sources": []}
+    train, val, funcs, requests, manifest = [], [], [], [], {"sources": []}
     seen: set[str] = set()
+    # a request without imports has the same text as its function document: a set of its own
+    seen_requests: set[str] = set()
     i = 0
     for name, root, files in sources:
         entry = {
@@ -149,6 +189,7 @@ def build_corpus(extra_packages: list[str], val_every: int, with_functions: bool
             "functions": 0,
             "functions_documented": 0,
             "function_bytes": 0,
+            "requests": 0,
         }
         if name == "stdlib":
             entry["version"] = sys.version.split()[0]
@@ -191,8 +232,14 @@ def build_corpus(extra_packages: list[str], val_every: int, with_functions: bool
                 entry["functions"] += 1
                 entry["functions_documented"] += doc
                 entry["function_bytes"] += len(src.encode())
+            for qual, src in request_documents(tree, text, request_max_body):
+                k = _dedup_key(src)
+                if k not in seen_requests:
+                    seen_requests.add(k)
+                    requests.append((f"{rel}::{qual}", src))
+                    entry["requests"] += 1
         manifest["sources"].append(entry)
-    return train, val, funcs, manifest
+    return train, val, funcs, requests, manifest
 
 
 def heldout_test_docs(max_files: int | None = None):
