@@ -45,11 +45,11 @@ def deepest_branch(tree: GuessTree, node: int) -> list[int]:
     return branch
 
 
-def free_iteration(tree: GuessTree, node: int, pick, depth: int) -> np.ndarray:
+def free_iteration(tree: GuessTree, node: int, picks, depth: int) -> np.ndarray:
     """The guess of the (at most ``depth``) tokens after the one emitted at ``node``:
-    ``pick(v, k)`` at the k-th node v of the deepest branch below it (int64 ``[<= depth]``,
-    empty for a leaf)."""
+    ``picks(branch)``, the tokens picked at the nodes of the deepest branch below it, the k-th
+    read as the k-th token after ``node``'s (int64 ``[<= depth]``, empty for a leaf)."""
     branch = deepest_branch(tree, node)[:depth]
     if not branch:
         return _NONE
-    return np.array([pick(v, k) for k, v in enumerate(branch)], dtype=np.int64)
+    return np.array(picks(branch), dtype=np.int64)

@@ -226,12 +226,12 @@ class Proposer:
             self.pool.insert(gram, np.array(seq.tokens[-2:-1], dtype=np.int64))
 
     def _picker(self, seq: TokenSequence, preds: torch.Tensor):
-        """``pick(node, k)``: the token the rule would emit at a node of the step's tree read as
-        the k-th token after the root: the fetched argmax, or under sampling the race with
-        that position's known noise (so the window follows the sampled text)."""
-        if getattr(self.rule, "guess", None) is None:
-            return lambda node, k: int(preds[node])
-        return lambda node, k: self.rule.guess(node, seq.ids, k)
+        """``picks(nodes)``: the tokens the rule would emit at a branch of the step's tree read
+        as the tokens after the root: the fetched argmaxes, or under sampling the races with
+        those positions' known noise (so the window follows the sampled text)."""
+        if getattr(self.rule, "guesses", None) is None:
+            return lambda nodes: [int(preds[v]) for v in nodes]
+        return lambda nodes: self.rule.guesses(nodes, seq.ids)
 
     def learn_text(self, seq: TokenSequence, accepted: int) -> None:
         """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""

@@ -130,16 +130,26 @@ class SamplingRule:
             self.ceiling = p if self.emitted == 1 else (1 - _CEILING_ALPHA) * self.ceiling + _CEILING_ALPHA * p
         return pick
 
-    def guess(self, node: int, sequence: torch.Tensor, ahead: int) -> int:
-        """The token the race would emit at ``node`` were it the ``ahead``-th token from now
-        (0: the next one), with that position's known noise and the processors seeing
-        ``sequence``: a guess of the seeded sample there (the argmax beyond the stream's lead).
-        Reads no noise: the output stays ``generate``'s whatever is guessed."""
-        scores = self.report(node, sequence).scores
-        noise = self.noise.peek(self.row, self.emitted + ahead, scores)
-        if noise is None:
-            return int(scores.argmax(-1))
-        return int((torch.softmax(scores, dim=-1) / noise).argmax(-1))
+    def guesses(self, nodes: list[int], sequence: torch.Tensor) -> list[int]:
+        """The tokens the race would emit at ``nodes``, were the k-th of them the k-th token
+        from now, each with that position's known noise and the processors seeing
+        ``sequence``: guesses of the seeded sample there (the argmax beyond the stream's lead).
+        One processor call and one softmax for all of them; reads no noise, so the output
+        stays ``generate``'s whatever is guessed."""
+        raw = self._logits[nodes].float()
+        scores = raw
+        if self.processors:
+            try:  # one call over the stacked rows: each call costs more than its rows here
+                scores = self.processors(sequence.expand(len(nodes), -1), raw.clone())
+            except (RuntimeError, ValueError, IndexError):  # a processor that keeps per-row state
+                scores = torch.cat([self.report(v, sequence).scores for v in nodes])
+        picks = []
+        probs = torch.softmax(scores, dim=-1)
+        for k in range(len(nodes)):
+            noise = self.noise.peek(self.row, self.emitted + k, scores[k : k + 1])
+            row = probs[k : k + 1] if noise is None else probs[k : k + 1] / noise
+            picks.append(int(row.argmax(-1)))
+        return picks
 
     def release(self) -> None:
         """This rule emits no more tokens."""

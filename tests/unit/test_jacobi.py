@@ -26,9 +26,9 @@ def test_the_deepest_branch_below_a_node():
     assert deepest_branch(tree, 1) == [2]
     assert deepest_branch(tree, seven) == [eight, nine]  # 8's branch is deeper than 5's
     assert deepest_branch(tree, nine) == [] and deepest_branch(tree, five) == []
-    picks = free_iteration(tree, seven, lambda node, k: 100 * node + k, depth=4)
+    picks = free_iteration(tree, seven, lambda nodes: [100 * v + k for k, v in enumerate(nodes)], depth=4)
     assert picks.tolist() == [100 * eight, 100 * nine + 1]
-    assert free_iteration(tree, 0, lambda node, k: k, depth=2).tolist() == [0, 1]
+    assert free_iteration(tree, 0, lambda nodes: list(range(len(nodes))), depth=2).tolist() == [0, 1]
 
 
 def test_peeked_noise_is_the_noise_later_read_and_leaves_the_generator_alone():
@@ -63,7 +63,7 @@ def test_a_guess_is_the_token_the_race_emits_at_that_position():
     for ahead in range(3):
         rule = SamplingRule(None, torch.Generator().manual_seed(7))
         rule.start(logits)
-        guess = rule.guess(1, None, ahead)
+        guess = rule.guesses([2] * ahead + [1], None)[ahead]
         for _ in range(ahead):  # emit the tokens before that position
             rule(0, None, [])
         assert rule(1, None, []).token == guess
