@@ -1,11 +1,12 @@
 """What one row proposes each step, and what it learns from what the step accepted.
 
 A :class:`Proposer` holds a row's guess sources, each in its own module: the Jacobi window
-(``window.py``), the n-gram pool (``pool.py``, shared by a batch's rows), the copy guess's
-scored drafts (``drafts.py``) and the recycled successors (``successors.py``, shared too).
-Each step it plans the guess tree from them and walks the tree with the row's rule; after
-the step it moves the window on and lets every source learn from what held. The decode loop
-of one sequence (``decode.Decoder``) and every row of a batch (``batch_rows.Row``) own one.
+(``window.py``, also advanced by each step's free Jacobi iteration, ``jacobi.py``), the n-gram
+pool (``pool.py``, shared by a batch's rows), the copy guess's scored drafts
+(``copy_drafter.py``) and the recycled successors (``successors.py``, shared too). Each step it
+plans the guess tree from them and walks the tree with the row's rule; after the step it moves
+the window on and lets every source learn from what held. The decode loop of one sequence
+(``decode.Decoder``) and every row of a batch (``batch_rows.Row``) own one.
 """
 
 from __future__ import annotations
