@@ -141,7 +141,9 @@ class SamplingRule:
         if self.processors:
             try:  # one call over the stacked rows: each call costs more than its rows here
                 scores = self.processors(sequence.expand(len(nodes), -1), raw.clone())
-            except (RuntimeError, ValueError, IndexError):  # a processor that keeps per-row state
+            except (RuntimeError, ValueError, IndexError):
+                scores = None
+            if scores is None or scores.shape != raw.shape:  # processors that keep per-row state (a batch's)
                 scores = torch.cat([self.report(v, sequence).scores for v in nodes])
         picks = []
         probs = torch.softmax(scores, dim=-1)
