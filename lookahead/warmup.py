@@ -117,6 +117,8 @@ def _tiny_decodes(paths: list[str]) -> None:
     ids = torch.from_numpy(text[None, :20].copy())
     # a flat curve: every node pays, so each source and the budget run
     common = dict(max_new_tokens=12, lookahead_costs=CostCurve.linear(0.0), eos_token_id=None)
+    pool = NgramPool(LookaheadConfig().ngram, LookaheadConfig().guesses)
+    seeded = torch.Generator().manual_seed(0)
     decodes = {
         "greedy": lambda: generate(model, ids, **common),
         "index": lambda: generate(model, ids, lookahead_index=SuffixIndex.from_texts([text]), **common),
@@ -124,8 +126,6 @@ def _tiny_decodes(paths: list[str]) -> None:
         "sample": lambda: generate(model, ids, do_sample=True, top_p=0.9, generator=seeded, **common),
         "fixed": lambda: generate(model, ids, lookahead_config=LookaheadConfig(adaptive=False), **common),
     }
-    pool = NgramPool(LookaheadConfig().ngram, LookaheadConfig().guesses)
-    seeded = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for path in paths:
             decodes[path]()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 
 from lookahead.bench.runner import TIE_MARGIN, Record
 
@@ -61,18 +62,10 @@ def _engine_extras(rows) -> dict:
         "guess_tokens_per_step": _ratio(sum(e["guess_tokens"] for e in extras), steps),
         "lean_share": _ratio(sum(e.get("lean_steps", 0) for e in extras), steps),
         "window_share": _ratio(sum(e.get("window_steps", 0) for e in extras), steps),
-        "source_tokens": _summed(e.get("source_tokens", {}) for e in extras),
+        "source_tokens": dict(sum((Counter(e.get("source_tokens", {})) for e in extras), Counter()).most_common()),
         "accepted_hist": hist,
         "fallbacks": sum(1 for e in extras if e["fallback"]),
     }
-
-
-def _summed(counts) -> dict:
-    total: dict = {}
-    for c in counts:
-        for key, n in c.items():
-            total[key] = total.get(key, 0) + n
-    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
 
 
 def source_lines(doc: dict) -> list[str]:

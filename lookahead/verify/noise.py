@@ -78,8 +78,7 @@ class NoiseStream:
         if step < self._next[row]:
             raise RuntimeError(f"row {row} asked for step {step} again (next unread: {self._next[row]})")
         while self.drawn <= step:
-            block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
-            self._blocks.append(block.exponential_(generator=self.generator))
+            self._blocks.append(self._draw(like, self.generator))
             if self._ahead and self._ahead_first < self.drawn:  # the real draw caught up with a peek
                 self._ahead.popleft()
                 self._ahead_first += 1
@@ -102,9 +101,13 @@ class NoiseStream:
         if self._ahead_first != self.drawn or self._shadow is None:
             self._sync_shadow(like.device)
         while self._ahead_first + len(self._ahead) <= step:
-            block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
-            self._ahead.append(block.exponential_(generator=self._shadow))
+            self._ahead.append(self._draw(like, self._shadow))
         return self._ahead[step - self._ahead_first][row : row + 1]
+
+    def _draw(self, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """The next ``[rows, V]`` block of ``generator``, shaped and placed like ``like``."""
+        block = torch.empty((self.rows, like.shape[-1]), dtype=like.dtype, device=like.device)
+        return block.exponential_(generator=generator)
 
     def _sync_shadow(self, device: torch.device) -> None:
         """A copy of the generator at the next real draw (peeked blocks behind it are dropped)."""
