@@ -23,7 +23,7 @@ from lookahead.step.static import static_steps
 from lookahead.step.stopping import stop_strings_to_criteria
 from lookahead.support import Unsupported, check_model, check_request, plain_generate
 from lookahead.verify.rules import rule_for
-from lookahead.warmup import paths_of, warm_kernels
+from lookahead.warmup import warm_kernels
 
 
 @dataclass
@@ -154,8 +154,7 @@ def custom_generate(
         return out
     _drop_generate_only(model_kwargs)
     _empty_cache(model, model_kwargs)
-    paths = paths_of(config, generation_config, input_ids.shape[0], lookahead_pool, lookahead_index)
-    stats.warmup_s += warm_kernels(paths)  # before the prefill: no step waits for a compile
+    stats.warmup_s += warm_kernels()  # before the prefill: no step waits for a compile
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     rows = input_ids.shape[0]

@@ -1,48 +1,102 @@
-"""Every numba kernel a call can reach, compiled before its prefill.
+"""Every numba kernel, compiled before the first prefill, on two cores when it is cold.
 
 numba compiles a kernel at its first call, or loads it from its on-disk cache (``cache=True``:
 ``__pycache__`` beside the module; numba's user-wide cache directory where that folder is not
 writable, as in a read-only site-packages; or ``NUMBA_CACHE_DIR``). A first call inside a
 decode would stall one step for seconds: a server's second request, a benchmark's first
-prompt. So before the prefill, ``lookahead.generate`` runs :func:`warm_kernels` for the paths
-the call can reach (``paths_of``): a tiny decode of a random two-layer model along each path
-this process has not run yet (plain greedy; an index, which a kept pool's history also is; a
-batch; seeded sampling; a fixed shape). Every kernel is typed alike at every call site (int64
-ids, int32 pool tables and indexed texts, float32 logits, C-contiguous arrays), so the tiny
-decodes give each the one signature the real calls use; tests/unit/test_kernel_signatures.py
-checks that no later call adds one.
+prompt. So before its prefill, the first ``lookahead.generate`` of a process runs
+:func:`warm_kernels`, which gives every kernel the one signature in :data:`SIGNATURES`.
 
-Loaded from the cache this takes a fraction of a second; compiled from scratch, about ten
-seconds once per install, and one line on stderr says so."""
+Each kernel is typed alike at every call site (int64 ids, int32 pool tables and indexed texts,
+float64 chances, float32 logits, C-contiguous writable arrays), so that one signature is the
+one every path calls; tests/unit/test_kernel_signatures.py checks that no path adds a second
+and conftest.py that the whole suite adds none.
+
+Loaded from the cache this takes a fraction of a second. Compiled from scratch it takes about
+ten seconds of one core, once per install; one line on stderr says so, and a helper process
+(``python -m lookahead.warmup``, which imports numba and the kernels but not torch) compiles
+the table from its start while this process compiles it from its end. Each compile first looks
+in the cache, so the two meet in the middle: whatever the helper wrote, this process loads. The
+command line starts the helper as it starts (:func:`start_helper`), so that the compile overlaps
+loading the model.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import subprocess
 import sys
 import time
 
-import numpy as np
-import torch
+from numba import types
 from numba.core.registry import CPUDispatcher
 
-from lookahead import distributed
 from lookahead.drafts import budget, kernels, suffix_kernels
 from lookahead.step import kernels as step_kernels
 
 KERNEL_MODULES = (kernels, suffix_kernels, budget, step_kernels)
-# what a call can reach beyond the plain greedy path: an index (a corpus, or a kept pool's
-# history of earlier requests), a batch, seeded sampling, a fixed shape (adaptive=False)
-PATHS = ("greedy", "index", "batch", "sample", "fixed")
-_warm: set[str] = set()  # the paths this process has warmed (numba keeps what it compiled per process)
+
+
+def _array(dtype, ndim: int = 1):
+    return types.Array(dtype, ndim, "C")
+
+
+I64, F64, B = types.int64, types.float64, types.boolean
+IDS, IDS32, REALS, FLAGS = _array(I64), _array(types.int32), _array(F64), _array(B)
+POOL = (IDS, IDS, IDS32, _array(types.int32, 3), IDS)  # keys, stamps, counts, conts, clock
+TREE = types.Tuple((IDS, IDS, REALS))  # tokens, parents, probs
+LOGITS = _array(types.float32, 2)
+
+# The one signature of every kernel that compiles on its own (inlined helpers compile into
+# their callers), by ``module.name``; the helper compiles from the top, this process from the end.
+SIGNATURES = {
+    "kernels.pool_insert": (*POOL, IDS, _array(I64, 2)),
+    "kernels.pool_lookup": (*POOL, I64, _array(I64, 2), I64),
+    "kernels.text_ngrams": (IDS, I64, I64),
+    "kernels.pair_key": (I64, I64),
+    "kernels.pool_insert_ngrams": (*POOL, _array(I64, 2), IDS, B),
+    "kernels.pool_insert_text": (*POOL, IDS, I64, I64, B),
+    "kernels.successors_update": (_array(types.int32, 2), IDS, _array(I64, 2)),
+    "kernels.successor_rows": (_array(types.int32, 2), I64, I64, I64, _array(I64, 2)),
+    "kernels.merge_trie": (IDS, _array(I64, 2), I64, I64),
+    "kernels.step_layout": (IDS, _array(B, 2), IDS, IDS, _array(B, 2)),
+    "kernels.greedy_path": (IDS, I64, IDS, IDS, IDS, IDS),
+    "suffix_kernels._partition": (IDS32, I64, B, IDS, IDS, I64, I64, I64),
+    "suffix_kernels.grow_tree": (IDS32, I64, B, IDS, I64, I64, F64, IDS, IDS, REALS),
+    "suffix_kernels.match_lengths": (IDS32, I64, IDS),
+    "suffix_kernels._scratch": (I64,),
+    "suffix_kernels._grow_keep": (
+        *(IDS32, I64, B, IDS, I64, I64, I64, F64, F64, F64),
+        *(TREE, TREE, types.Tuple((I64, F64, I64))),
+    ),
+    "suffix_kernels.text_draft": (IDS32, I64, I64, I64, I64, I64, F64, F64, F64, IDS, IDS, REALS),
+    "suffix_kernels.suffix_range": (IDS32, IDS32, IDS32, I64),
+    "suffix_kernels.index_draft": (IDS32, IDS32, IDS32, I64, I64, I64, I64, I64, F64, F64, F64, IDS, IDS, REALS),
+    "suffix_kernels.tree_rows": (IDS, IDS, I64, IDS, IDS),
+    "budget.copy_chances": (IDS, REALS, I64, I64, REALS, REALS, F64, F64, IDS, REALS, REALS),
+    "budget.merge_rows": (_array(I64, 2), I64, REALS, I64, IDS, IDS, REALS, IDS, REALS),
+    "budget.choose": (IDS, REALS, I64, REALS, F64, I64, FLAGS),
+    "budget.compact": (FLAGS, I64, IDS, IDS, IDS, REALS, IDS, IDS, IDS, REALS),
+    "budget.chances_of": (REALS, REALS, F64, REALS, F64, REALS),
+    "budget.record": (IDS, IDS, IDS, REALS, I64, IDS, REALS, REALS, REALS),
+    "kernels.additive_mask": (FLAGS, _array(B, 2), F64, LOGITS),
+    "kernels.hide_at": (LOGITS, IDS, _array(types.float32), F64),
+    "kernels.put_back": (LOGITS, IDS, _array(types.float32)),
+}
+SECONDS_PER_KERNEL = 0.4  # a cold compile, one core (25 kernels: about ten seconds)
+_done = False  # whether this process has warmed its kernels (numba keeps them per process)
+_helper: subprocess.Popen | None = None
 
 
 def all_kernels() -> dict[str, CPUDispatcher]:
-    """Every kernel that compiles on its own, by ``module.name`` (inlined helpers, compiled
-    into their callers, are left out)."""
-    found = {}
+    """Every kernel that compiles on its own, by ``module.name``, each once (``budget`` uses
+    ``suffix_kernels.tree_rows``)."""
+    found: dict[str, CPUDispatcher] = {}
     for module in KERNEL_MODULES:
         for name, value in vars(module).items():
-            if isinstance(value, CPUDispatcher) and value.targetoptions.get("inline", "never") == "never":
+            own = isinstance(value, CPUDispatcher) and value.targetoptions.get("inline", "never") == "never"
+            if own and value not in found.values():
                 found[f"{module.__name__.rsplit('.', 1)[-1]}.{name}"] = value
     return found
 
@@ -55,77 +109,79 @@ def on_disk(kernel: CPUDispatcher) -> bool:
         return False
 
 
-def paths_of(config, generation_config, rows: int, pool, index) -> tuple[str, ...]:
-    """The paths a call can reach: a kept pool reaches its history index on a later call."""
-    reach = ["greedy"]
-    if pool is not None or index is not None:
-        reach.append("index")
-    if rows > 1:
-        reach.append("batch")
-    if generation_config.do_sample:
-        reach.append("sample")
-    if not config.adaptive:
-        reach.append("fixed")
-    return tuple(reach)
+def cold_kernels() -> list[str]:
+    """The kernels neither compiled in this process nor in numba's cache."""
+    return [name for name, kernel in all_kernels().items() if not kernel.signatures and not on_disk(kernel)]
 
 
-def warm_kernels(paths: tuple[str, ...] = PATHS) -> float:
-    """Compile (or load) every kernel ``paths`` reach that this process has not run yet; the
-    seconds it took (0.0 when nothing was left). Leaves torch's random state as it was."""
-    todo = [path for path in paths if path not in _warm]
-    if not todo:
+def compile_kernels(names) -> None:
+    """Give each kernel in ``names`` its signature: from this process, numba's cache, or a compile."""
+    found = all_kernels()
+    for name in names:
+        found[name].compile(SIGNATURES[name])
+
+
+def warm_kernels() -> float:
+    """Compile (or load) every kernel, once per process; the seconds it took (0.0 when done)."""
+    global _done
+    if _done:
         return 0.0
-    _warm.update(todo)  # first: the decodes below re-enter generate, which must not warm again
     started = time.perf_counter()
-    cold = [name for name, kernel in all_kernels().items() if not kernel.signatures and not on_disk(kernel)]
-    if len(cold) >= 3 and distributed.is_main():  # about a third of a second each
-        print(
-            f"lookahead: compiling numba kernels, once per install (about {len(cold) // 3 + 1} s) ...",
-            file=sys.stderr,
-            flush=True,
-        )
-    with torch.random.fork_rng(devices=[]):
-        _tiny_decodes(todo)
+    cold = cold_kernels()
+    if len(cold) >= 3:
+        if start_helper(cold):
+            estimate = len(cold) * SECONDS_PER_KERNEL / 2
+        else:
+            estimate = len(cold) * SECONDS_PER_KERNEL
+        _announce(estimate)
+    compile_kernels(reversed(SIGNATURES))
+    stop_helper()
+    _done = True
     return time.perf_counter() - started
 
 
-def _tiny_decodes(paths: list[str]) -> None:
-    """A tiny decode along each path, of a random two-layer model on the CPU."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def start_helper(cold: list[str] | None = None) -> bool:
+    """Start the helper process that compiles the table from its start, if three or more
+    kernels are cold and a second core is free to run it; whether one runs."""
+    global _helper
+    if _helper is not None:
+        return _helper.poll() is None
+    cold = cold_kernels() if cold is None else cold
+    if len(cold) < 3 or len(os.sched_getaffinity(0)) < 2:
+        return False
+    try:
+        _helper = subprocess.Popen(
+            [sys.executable, "-m", "lookahead.warmup"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError:  # no process to spare: this one compiles everything
+        return False
+    atexit.register(stop_helper)
+    return True
 
-    from lookahead.api import generate
-    from lookahead.config import LookaheadConfig
-    from lookahead.drafts.pool import NgramPool
-    from lookahead.drafts.suffix import SuffixIndex
-    from lookahead.step.costmodel import CostCurve
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    model = LlamaForCausalLM(config).eval()
-    text = np.tile(np.arange(3, 13, dtype=np.int64), 3)
-    ids = torch.from_numpy(text[None, :20].copy())
-    # a flat curve: every node pays, so each source and the budget run
-    common = dict(max_new_tokens=12, lookahead_costs=CostCurve.linear(0.0), eos_token_id=None)
-    pool = NgramPool(LookaheadConfig().ngram, LookaheadConfig().guesses)
-    seeded = torch.Generator().manual_seed(0)
-    decodes = {
-        "greedy": lambda: generate(model, ids, **common),
-        "index": lambda: generate(model, ids, lookahead_index=SuffixIndex.from_texts([text]), **common),
-        "batch": lambda: generate(model, torch.cat([ids, ids.flip(-1)]), lookahead_pool=pool, **common),
-        "sample": lambda: generate(model, ids, do_sample=True, top_p=0.9, generator=seeded, **common),
-        "fixed": lambda: generate(model, ids, lookahead_config=LookaheadConfig(adaptive=False), **common),
-    }
-    with torch.no_grad():
-        for path in paths:
-            decodes[path]()
+def stop_helper() -> None:
+    """End the helper: once this process holds every kernel, what it has left is duplicate work
+    (numba writes a cache entry whole or not at all, so stopping it mid-compile is safe)."""
+    global _helper
+    if _helper is not None:
+        _helper.kill()
+        _helper.wait()
+        _helper = None
+
+
+def _announce(seconds: float) -> None:
+    from lookahead import distributed  # imports torch, which the helper process goes without
+
+    if distributed.is_main():
+        print(
+            f"lookahead: compiling numba kernels, once per install (about {seconds:.0f} s) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+if __name__ == "__main__":  # the helper: the table from its start
+    compile_kernels(SIGNATURES)

@@ -1,57 +1,27 @@
-"""The ``lookahead`` command: ``generate``, ``check``, ``export-custom-generate`` (try it on your
-model, check it, ship it), ``index`` (a corpus for its copy guess) and ``bench``, ``sweep``
-(measure it).
+"""The ``lookahead`` command: :func:`main` here, the commands in ``app`` and one module each.
 
-One module per command, each with ``register(subparsers)`` and the function it runs; the options
-they share, their validation, the model loader and the exit codes live in ``options``.
-Exit status: 0 ok, 1 mismatch, 2 usage error.
+This module stays light: a decoding command on a fresh install starts the kernels' compile
+(``lookahead.warmup``) on the other core before torch and transformers are imported, which
+takes most of the seconds that compile needs.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import sys
-import time
 
-from lookahead import distributed
-from lookahead.bench.methods import MethodUnavailable
-from lookahead.cli import bench, check, export, generate, index, sweep
-from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, UsageError, parse_set
-
-__all__ = ["EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main", "parse_set"]
-COMMANDS = (generate, check, export, index, bench, sweep)  # in the order --help lists them
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lookahead", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
-    sub = parser.add_subparsers(dest="command", metavar="{generate,check,export-custom-generate,index,bench,sweep}")
-    for command in COMMANDS:
-        command.register(sub)
-    return parser
+DECODING = ("generate", "check", "bench", "sweep")  # the commands that run lookahead.generate
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
-    args.started_at = time.gmtime()
-    try:
-        if args.validate is not None:
-            args.validate(args)
-        _main_rank_writes(args)
-        with distributed.quiet_unless_main():
-            return args.func(args)
-    except (UsageError, MethodUnavailable, ValueError, OSError) as exc:
-        print(f"lookahead {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    """Run the ``lookahead`` command on ``argv`` (default ``sys.argv[1:]``); its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] and argv[0] in DECODING:
+        from lookahead import warmup
+
+        warmup.start_helper()
+    return importlib.import_module("lookahead.cli.app").main(argv)
 
 
-def _main_rank_writes(args) -> None:
-    """Under torchrun only rank 0 prints and writes files; every rank still runs everything."""
-    if not distributed.is_main():
-        for name in ("json", "plot"):
-            if hasattr(args, name):
-                setattr(args, name, None)
-        args.no_progress = True
+def __getattr__(name: str):  # build_parser, parse_set, UsageError and the exit codes live in app
+    return getattr(importlib.import_module("lookahead.cli.app"), name)

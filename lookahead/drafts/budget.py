@@ -38,11 +38,15 @@ The kernels are pure functions over numpy arrays; :class:`DraftBudget` holds the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
 from lookahead.drafts.suffix_kernels import tree_rows
-from lookahead.step.costmodel import CostCurve
+
+if TYPE_CHECKING:  # torch stays out of the kernels' imports: lookahead.warmup compiles them without it
+    from lookahead.step.costmodel import CostCurve
 
 SHARE_BINS = 10
 CONTEXTS = (1, 3, 7)  # the copy bins' context groups end at these lengths; the last is open
