@@ -40,7 +40,7 @@ from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch_rows import ForcedPad, Row, RowView
 from lookahead.step.cache import commit_rows, gather_rows, trim_rows
-from lookahead.step.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController
+from lookahead.step.controller import GUESS_OVERHEAD_S, PLAIN, SAMPLED_PRIOR_TOKENS, ShapeController
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.decode import Layout
 from lookahead.step.host import fetch, upload, wait
@@ -48,7 +48,7 @@ from lookahead.step.mask import attention_groups, batch_masks, stack_steps
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps, bucket_for
 from lookahead.step.stopping import fast_check
-from lookahead.verify.rules import walk
+from lookahead.verify.rules import SamplingRule, walk
 
 
 class BatchDecoder:
@@ -130,7 +130,12 @@ class BatchDecoder:
         rows = input_ids.shape[0]
         # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
         self.controller = ShapeController(
-            self.costs, adaptive=self.adaptive, rows=rows, draft=cfg.uses_copy, window_tokens=cfg.levels * cfg.window
+            self.costs,
+            adaptive=self.adaptive,
+            rows=rows,
+            draft=cfg.uses_copy,
+            window_tokens=cfg.levels * cfg.window,
+            prior_tokens=SAMPLED_PRIOR_TOKENS if isinstance(self.rule, SamplingRule) else 2.0,
         )
         for r in range(rows):
             criteria = self.stopping_criteria

@@ -23,6 +23,13 @@ window's tries wait in proportion to what one costs beyond a plain step: where t
 is flat (a GPU) it is tried every ``explore_every`` steps, where its tokens cost most of a
 forward more (this project's CPU) about three times as rarely, so that a losing window takes
 at most ``EXPLORE_SHARE`` of the forward cost.
+
+Over a whole call, the tries together waste at most ``EXPLORE_SHARE`` of what the call paid:
+a try's waste is its cost beyond the tokens it appended (a plain step pays 1 per token), and
+a shape's tries wait while their waste so far is above its part of that share (each guessing
+shape an equal part, so a cheap shape's frequent tries cannot starve the window's). Where nothing holds (seeded
+sampling of a flat distribution, on a curve where any second token costs 40% of a forward)
+decoding is then plain but for tries worth 2% of the call, and a try that pays costs nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ FULL, LEAN, DRAFT, PLAIN = "full", "lean", "draft", "plain"
 # the decoder's per-step work beyond plain decoding's (pool lookup, trie, mask, walk), in
 # seconds; measured by benchmarks/overhead.py on this project's CPU
 GUESS_OVERHEAD_S = 4e-4
+# a sampled guessing step's prior tokens: one guess in two holds (greedy's prior is 2)
+SAMPLED_PRIOR_TOKENS = 1.5
 EXPLORE_SHARE = 0.02  # the most of the forward cost the window's losing tries take, before backoff
 MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore_every
 
@@ -70,6 +79,10 @@ class ShapeController:
             budget).
         window_tokens: the tokens the window adds to a step (``levels x window``): its tries'
             wait is priced from them; 0 (unknown) waits twice ``explore_every``.
+        prior_tokens: what a guessing step is assumed to append until measured (its weight
+            is one step's): 2 under greedy, so a cold pool's first misses do not send decoding
+            to the plain shape; less under sampling, where a guess holds less often and the
+            prior's optimism would buy a fresh call's first steps at a loss.
     """
 
     def __init__(
@@ -82,6 +95,7 @@ class ShapeController:
         rows: int = 1,
         draft: bool = False,
         window_tokens: int = 0,
+        prior_tokens: float = 2.0,
     ):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
@@ -94,9 +108,7 @@ class ShapeController:
         # the window, dearest by far, waits for its first exploration when a cheaper shape competes
         self._tried_first = (DRAFT,) if draft else (FULL, LEAN)
         self.shapes = self.guessing + (PLAIN,)
-        # a step with guesses is assumed to yield two tokens until measured otherwise, so a
-        # cold pool's first misses do not send decoding to the plain shape
-        self._tokens = {shape: _Average(2.0, 1.0) for shape in self.guessing}
+        self._tokens = {shape: _Average(prior_tokens, 1.0) for shape in self.guessing}
         self._fed = {shape: _Average() for shape in self.guessing}
         self._since = dict.fromkeys(self.shapes, 0)
         # cheap tries come often: a lean or draft step costs little more than a plain one and
@@ -108,6 +120,10 @@ class ShapeController:
         self._waits = dict(self._base)
         self._cap = {shape: wait * max_backoff for shape, wait in self._base.items()}
         self.counts = dict.fromkeys(self.shapes, 0)
+        self._paid = 0.0  # the call's cost so far, in one-token forwards
+        self._wasted = dict.fromkeys(self.guessing, 0.0)  # what each shape's tries cost beyond their tokens
+        self._allowance = EXPLORE_SHARE / len(self.guessing)
+        self._trying = False  # whether the step being decided is a try
         self._rates = {shape: self._rated(shape) for shape in self.guessing} | {PLAIN: 1.0}
 
     def _window_wait(self, explore_every: int, window_tokens: int) -> int:
@@ -137,19 +153,31 @@ class ShapeController:
         return max(self.shapes, key=self._rates.__getitem__)
 
     def choose(self) -> str:
+        self._trying = False
         if not self.adaptive:
             return FULL
         for shape in self._tried_first:
             if self.counts[shape] < self._first_tries:
                 return shape
         best = self.best()
-        stale = [shape for shape in self.guessing if shape != best and self._since[shape] >= self._waits[shape]]
+        allowed = self._allowance * self._paid
+        stale = [
+            shape
+            for shape in self.guessing
+            if shape != best and self._since[shape] >= self._waits[shape] and self._wasted[shape] <= allowed
+        ]
+        self._trying = bool(stale)
         return stale[0] if stale else best
 
     def record(self, shape: str, accepted: float, fed: float) -> None:
         """A step of ``shape`` fed ``fed`` tokens and appended ``accepted`` (per row)."""
         tried = all(self.counts[s] >= self._first_tries for s in self._tried_first)
         explored = self.adaptive and tried and shape != self.best()
+        cost = self.costs(fed) + (self.overhead if shape != PLAIN else 0.0)
+        self._paid += cost
+        if self._trying:
+            self._wasted[shape] += max(cost - accepted, 0.0)
+            self._trying = False
         if shape != PLAIN:
             self._tokens[shape].add(float(accepted), self.alpha)
             self._fed[shape].add(float(fed), self.alpha)

@@ -18,13 +18,13 @@ from lookahead.drafts.window import JacobiWindow
 from lookahead.stats import LookaheadStats
 from lookahead.step import kernels
 from lookahead.step.cache import check_cache, commit, held_from, prepare_cache
-from lookahead.step.controller import DRAFT, FULL, PLAIN, ShapeController
+from lookahead.step.controller import DRAFT, FULL, PLAIN, SAMPLED_PRIOR_TOKENS, ShapeController
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.host import fetch, upload, views, wait
 from lookahead.step.mask import attention_groups
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps
-from lookahead.verify.rules import walk
+from lookahead.verify.rules import SamplingRule, walk
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 _BLOCKED = torch.finfo(torch.float32).min  # what a float32 StepMask blocks with
@@ -56,6 +56,7 @@ class Decoder:
             adaptive=config.adaptive and config.method == "lookahead",
             draft=config.uses_copy,
             window_tokens=config.levels * config.window,
+            prior_tokens=SAMPLED_PRIOR_TOKENS if isinstance(rule, SamplingRule) else 2.0,
         )
         adaptive = self.controller.adaptive  # a fixed shape feeds every source's whole guesses
         self.proposer = Proposer(
