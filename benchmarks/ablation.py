@@ -17,9 +17,15 @@ Variants (``LookaheadConfig`` fields changed from the default):
     +index               the corpus index given with --index (the copy guess drafts from it too)
     suffix               SuffixDecoding's own tree per request, for scale (when installed)
 
+Modes (``--modes``, one table each, every variant in each): ``greedy-fp32`` (the default),
+``greedy-bf16``, ``sampled-fp32``, ``sampled-bf16``; sampled modes draw seeded samples at
+``--temperature`` / ``--top-p`` (default 0.7 / 0.95), checked token for token against seeded
+``model.generate``, and prompt lookup, which does not sample as ``generate`` does, is left out.
+
 Example (the numbers in docs/benchmarks.md)::
 
     python benchmarks/ablation.py --threads 2 --limit 20 --json runs/ablation.json
+    python benchmarks/ablation.py --modes greedy-bf16,sampled-fp32,sampled-bf16 --variants lookahead,-window
 """
 
 from __future__ import annotations
@@ -39,15 +45,20 @@ VARIANTS = {
 }
 
 EXTRA = {"kept-pool": {"keep_pool": True}, "+index": {"index": "--index"}, "suffix": {"method": "suffix"}}
+MODES = {  # name: (dtype, sampled)
+    "greedy-fp32": ("float32", False),
+    "greedy-bf16": ("bfloat16", False),
+    "sampled-fp32": ("float32", True),
+    "sampled-bf16": ("bfloat16", True),
+}
 
 
 def build_variants(settings, names: list[str], index=None):
     from lookahead.bench.runner import Variant
 
-    variants = [
-        Variant("greedy", "greedy", replace(settings, state={})),
-        Variant("prompt-lookup", "prompt-lookup", replace(settings, state={})),
-    ]
+    variants = [Variant("greedy", "greedy", replace(settings, state={}))]
+    if not settings.do_sample:
+        variants.append(Variant("prompt-lookup", "prompt-lookup", replace(settings, state={})))
     for name in names:
         if name == "kept-pool":
             variants.append(Variant(name, "lookahead", replace(settings, state={}, keep_pool=True)))
@@ -71,14 +82,14 @@ def main(argv=None) -> int:
         default=",".join([*VARIANTS, "kept-pool"]),
         help="comma-separated subset of: " + ", ".join([*VARIANTS, *EXTRA]),
     )
+    ap.add_argument("--modes", default="greedy-fp32", help="comma-separated subset of: " + ", ".join(MODES))
+    ap.add_argument("--temperature", type=float, default=0.7, help="sampled modes (default: 0.7)")
+    ap.add_argument("--top-p", type=float, default=0.95, help="sampled modes (default: 0.95)")
+    ap.add_argument("--seed", type=int, default=0, help="sampled modes: prompt i is seeded seed+i")
     ap.add_argument("--index", default=None, help="a corpus index (lookahead index build) for the +index variant")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="one document per mode, keyed by mode")
     args = ap.parse_args(argv)
 
-    import torch
-
-    from lookahead.bench import methods, prompts, report, runner
-    from lookahead.checking import loading
     from lookahead.cli.options import prepare_torch
 
     prepare_torch(args.threads)
@@ -86,21 +97,46 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in VARIANTS and n not in EXTRA]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes {args.modes!r}: expected a comma-separated subset of {', '.join(MODES)}")
     if "+index" in names and not args.index:
         ap.error("the +index variant needs --index PATH.npz")
-    model, tokenizer = loading.load(None, "float32", "cpu")
-    chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
-    encoded = [prompts.encode(p, tokenizer, loading.max_prompt_len(model, args.max_new_tokens)) for p in chosen]
-    settings = methods.Settings(max_new_tokens=args.max_new_tokens, pad_token_id=loading.pad_token_id(model, tokenizer))
+    docs, status = {}, 0
+    for mode in modes:
+        docs[mode] = run_mode(args, mode, names)
+        status |= _print(mode, docs[mode])
+    if args.json:
+        from lookahead.bench import report
+
+        report.write_json(docs if len(docs) > 1 else docs[modes[0]], args.json)
+    return status
+
+
+def run_mode(args, mode: str, names: list[str]) -> dict:
+    """Every variant next to plain ``generate`` in one mode: the bench document."""
+    import torch
+
+    from lookahead.bench import methods, prompts, report, runner
+    from lookahead.checking import loading
     from lookahead.cli.options import load_index
 
+    dtype, sampled = MODES[mode]
+    model, tokenizer = loading.load(None, dtype, "cpu")
+    chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
+    encoded = [prompts.encode(p, tokenizer, loading.max_prompt_len(model, args.max_new_tokens)) for p in chosen]
+    sample = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, seed=args.seed) if sampled else {}
+    settings = methods.Settings(
+        max_new_tokens=args.max_new_tokens, pad_token_id=loading.pad_token_id(model, tokenizer), **sample
+    )
     variants = build_variants(settings, names, load_index(args.index, model))
     records, skipped = runner.run(model, chosen, encoded, variants, progress=True)
     labels = [v.label for v in variants if v.label not in skipped]
     config = {
         "command": "ablation",
+        "mode": mode,
         "model_name": loading.model_name(None),
-        "dtype": "float32",
+        "dtype": dtype,
         "device": "cpu",
         "threads": torch.get_num_threads(),
         "prompts": args.prompts,
@@ -109,16 +145,23 @@ def main(argv=None) -> int:
         "methods": labels,
         "baseline": "greedy",
         "variants": {n: VARIANTS.get(n, EXTRA.get(n)) for n in names},
-        "sample": {"do_sample": False},
+        "sample": {"do_sample": sampled, **sample},
     }
-    doc = report.document(config, records, labels, "greedy", exactness=True)
+    return report.document(config, records, labels, "greedy", exactness=True)
+
+
+def _print(mode: str, doc: dict) -> int:
+    """The mode's table and sources on stdout, its mismatches on stderr; 1 where fp32 differs."""
+    from lookahead.bench import report
+
+    print(f"\n== {mode} ==")
     print(report.table(doc))
-    if args.json:
-        report.write_json(doc, args.json)
+    for line in report.source_lines(doc):
+        print(line)
     lines = report.mismatch_lines(doc)
     for line in lines:
         print(line, file=sys.stderr)
-    return 1 if lines else 0
+    return 1 if lines and doc["config"]["dtype"] == "float32" else 0
 
 
 if __name__ == "__main__":
