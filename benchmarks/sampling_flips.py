@@ -3,8 +3,9 @@
 
 For each of the first N HumanEval prompts, with seed = the prompt's index, run
 ``torch.manual_seed(seed); model.generate(do_sample=True, ...)`` and the same with
-``lookahead.generate``, compare token for token, and at a first difference measure the race gap
-(``lookahead.verify.race.race_gap``): under ``TIE_GAP`` it is a rounding flip, above it a bug.
+``lookahead.generate``, compare token for token, and at a first difference judge it
+(``lookahead.verify.race.race_verdict``): a rounding flip of the race, one at the top-p boundary,
+or a bug (each record also keeps the race gap, ``inf`` when a token lies outside the nucleus).
 
     python benchmarks/sampling_flips.py --limit 100 --max-new-tokens 128 --temperature 1.0 --top-p 0.95
 """
@@ -19,7 +20,7 @@ import torch
 
 import lookahead
 from lookahead.bench.prompts import humaneval_prompts
-from lookahead.verify.race import TIE_GAP, race_gap, warpers
+from lookahead.verify.race import race_verdict, warpers
 
 
 def main(argv=None) -> int:
@@ -64,8 +65,8 @@ def main(argv=None) -> int:
         record = {"prompt": prompt.id, "seed": seed, "equal": first is None, "first_difference": first}
         if first is not None and first < min(len(expected), len(got)):
             prefix = torch.cat([ids[0], torch.tensor(expected[:first])])
-            gap = race_gap(model, prefix, (expected[first], got[first]), seed, first, processors=processors)
-            record.update(race_gap=gap, flip=gap < TIE_GAP)
+            judged = race_verdict(model, prefix, (expected[first], got[first]), seed, first, processors=processors)
+            record.update(race_gap=judged.race_gap, flip=judged.flip, verdict=judged.as_dict())
         records.append(record)
         print(json.dumps(record), file=sys.stderr)
     differ = [r for r in records if not r["equal"]]

@@ -97,7 +97,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
     steps = sum(r.steps for r in known)
     mismatched = [r for r in records if r.label == label and r.first_mismatch is not None]
     checked = exactness and all(r.checked for r in records if r.label == label)
-    ties = [r for r in mismatched if r.tie_margin is not None and r.tie_margin < TIE_MARGIN]
+    ties = [r for r in mismatched if _is_tie(r)]
     return {
         "new_tokens": new,
         "forwards": forwards,
@@ -109,7 +109,9 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "acceptance_rate": _ratio(sum(r.accepted_steps for r in known), steps) if known and steps else None,
         "overhead_share": max(1.0 - forward_s / wall, 0.0) if wall else None,
         "mismatches": len(mismatched) if checked else None,
-        "ties": len(ties) if checked else None,  # of the mismatches, rounding ties
+        "ties": len(ties) if checked else None,  # of the mismatches, rounding ties (sampling: flips)
+        # extra: of the sampled flips, those at a top-k/top-p/min-p boundary
+        "boundary_flips": sum((r.flip or {}).get("kind") == "boundary" for r in ties) if checked else None,
         # extra keys (documented, not part of the stable set)
         "prompts": len(rows),
         "forward_s": forward_s,
@@ -149,6 +151,7 @@ def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
         "first_mismatch": record.first_mismatch,
         # extra keys
         "tie_margin": record.tie_margin,
+        "flip": record.flip,  # sampling: lookahead.verify.race's verdict at first_mismatch
         "prompt_tokens": record.prompt_tokens,
         "tokens_per_forward": _ratio(result.new_tokens, result.forwards),
         "speedup": _ratio(base, result.wall_s) if base is not None else None,
@@ -293,7 +296,8 @@ def explain(doc: dict) -> list[str]:
 
 
 def mismatch_lines(doc: dict) -> list[str]:
-    """One loud line per method whose output differs from the baseline's."""
+    """One loud line per method whose output differs from the baseline's (sampling: then the
+    verdict on each listed prompt, a rounding flip or likely a bug)."""
     lines = []
     for label, s in doc["methods"].items():
         if s["mismatches"]:
@@ -304,23 +308,50 @@ def mismatch_lines(doc: dict) -> list[str]:
                 f"MISMATCH: {label} differs from greedy on {s['mismatches']}/{s['prompts']} prompts: {where}{more}"
             )
             if s.get("ties") == s["mismatches"] and (doc["config"].get("sample") or {}).get("do_sample"):
+                edge = s.get("boundary_flips") or 0
                 lines.append(
-                    f"  every one a rounding flip: the two tokens' values in the seeded sampling race were less "
-                    f"than {TIE_MARGIN:g} apart, which any change of forward shapes may break"
+                    f"  every one a rounding flip ({s['mismatches'] - edge} of the seeded race, {edge} at a "
+                    f"top-k/top-p/min-p boundary): within what {doc['config'].get('dtype', 'its dtype')} rounding "
+                    "reaches, which any change of forward shapes may break"
                 )
             elif s.get("ties") == s["mismatches"]:
                 lines.append(
                     f"  every one at a rounding tie: greedy's two best logits there were less than "
                     f"{TIE_MARGIN:g} apart, which any change of forward shapes may break"
                 )
+            lines += [f"  {p['id']}@{p['first_mismatch']}: {p['flip']['reason']}" for p in firsts[:5] if p.get("flip")]
     return lines
 
 
 def only_ties(doc: dict) -> bool:
-    """Whether every mismatch in the document is a rounding tie."""
+    """Whether every mismatch in the document is a rounding tie (sampling: a rounding flip)."""
     return all(s.get("ties") == s["mismatches"] for s in doc["methods"].values() if s["mismatches"])
 
 
+def _is_tie(record: Record) -> bool:
+    """A mismatch that rounding explains: sampled, by the verdict; greedy, by the logit gap."""
+    if record.flip is not None:
+        return record.flip["kind"] != "bug"
+    return record.tie_margin is not None and record.tie_margin < TIE_MARGIN
+
+
 def _gap(prompt: dict) -> str:
+    flip = prompt.get("flip")
+    if flip is not None:
+        return f" ({_flip_note(flip)})"
     margin = prompt.get("tie_margin")
     return "" if margin is None else f" (logit gap {margin:.1e})"
+
+
+def _flip_note(flip: dict) -> str:
+    """A few words for the MISMATCH line: which flip, or why it is likely a bug."""
+    tol = f"{flip['tolerance']:.1e}"
+    if flip["kind"] == "race":
+        return f"race flip: gap {flip['race_gap']:.1e} <= {tol}"
+    if flip["kind"] == "boundary":
+        return f"{flip['edge']} boundary flip: token {flip['token']} {flip['edge_gap']:.1e} from its edge <= {tol}"
+    if flip.get("shortfall") is None and flip.get("edge_gap") is None:
+        return f"likely a bug: token {flip['token']} outside the support, where no rounding reaches"
+    if flip.get("shortfall") is None:
+        return f"likely a bug: token {flip['token']} {flip['edge_gap']:.1e} outside {flip['edge']} > {tol}"
+    return f"likely a bug: token {flip['token']}'s race value {flip['shortfall']:.1e} short > {tol}"

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from lookahead.bench import methods
 from lookahead.bench.prompts import Prompt
 from lookahead.checking.exactness import first_difference
-from lookahead.verify.race import TIE_GAP, race_gap
+from lookahead.verify.race import TIE_GAP, race_verdict
 
 WARMUP_TOKENS = 16
 
@@ -43,6 +43,9 @@ class Record:
     # or between the two tokens' values in the seeded sampling race: a gap of a few float
     # rounding steps is a tie that any change of shapes may break
     tie_margin: float | None = None
+    # sampling: lookahead.verify.race's verdict there (Verdict.as_dict): a rounding flip of the
+    # race, one at a top-k/top-p/min-p boundary, or a bug
+    flip: dict | None = None
     checked: bool = True  # compared with the baseline (sampling: only seed-exact methods are)
 
 
@@ -192,7 +195,8 @@ def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:
             )
 
 
-TIE_MARGIN = TIE_GAP  # logits (or race values) closer than this are a rounding tie (fp32 steps are ~1e-6 here)
+TIE_MARGIN = TIE_GAP  # greedy logits closer than this are a rounding tie (fp32 steps are ~1e-6 here)
+# (a sampled mismatch is judged by lookahead.verify.race's verdict, against its dtype's tolerance)
 
 
 @torch.inference_mode()
@@ -207,7 +211,8 @@ def _measure_ties(
 ) -> None:
     """Set ``tie_margin`` of each mismatched record at its first differing token, from one
     forward of that row's prompt and baseline tokens: greedy's top-2 logit gap, or (sampling)
-    the race gap between the two tokens under the round's seed (``lookahead.verify.race``)."""
+    the race gap between the two tokens under the round's seed, and ``flip``, the verdict on it
+    (``lookahead.verify.race``)."""
     reference = next((r for r in row if r.label == baseline), None)
     for record in row:
         if record is reference or reference is None or record.first_mismatch is None:
@@ -224,7 +229,7 @@ def _measure_ties(
             if at >= min(len(record.result.tokens), len(reference.result.tokens)):
                 continue  # one stopped where the other went on: no race to compare
             tokens = (reference.result.tokens[at], record.result.tokens[at])
-            record.tie_margin = race_gap(
+            judged = race_verdict(
                 model,
                 prefix,
                 tokens,
@@ -234,6 +239,7 @@ def _measure_ties(
                 row=r,
                 processors=settings.warpers(),
             )
+            record.tie_margin, record.flip = judged.race_gap, judged.as_dict()
             continue
         top = model(input_ids=prefix[None]).logits[0, -1].float().topk(2).values
         record.tie_margin = float(top[0] - top[1])

@@ -23,7 +23,7 @@ from lookahead.checking import loading
 from lookahead.checking.exactness import EXIT_MISMATCH, EXIT_OK, first_difference, full_precision
 from lookahead.checking.exactness import dtype_name as _dtype_name
 from lookahead.config import LookaheadConfig
-from lookahead.verify.race import TIE_GAP, gap, race
+from lookahead.verify.race import Verdict, generate_processors, replay_noise, verdict
 
 NEAR_TIE_STEPS = 8.0  # margins within this many rounding steps of the score are reported as near-ties
 
@@ -52,6 +52,7 @@ class Mismatch:
     error: str | None = None
     seed: int | None = None  # sampling: the torch seed both decodings ran under
     race_gap: float | None = None  # sampling: the two tokens' gap in the seeded race (lookahead.verify.race)
+    verdict: Verdict | None = None  # sampling: a rounding flip (of the race, at a boundary) or a bug
 
 
 @dataclass
@@ -72,9 +73,9 @@ class CheckResult:
 
     @property
     def flip(self) -> bool:
-        """A sampled mismatch at a rounding near-tie of the race (not a bug)."""
+        """A sampled mismatch that rounding explains (of the race, or at a boundary): not a bug."""
         m = self.mismatch
-        return m is not None and m.race_gap is not None and m.race_gap < TIE_GAP
+        return m is not None and m.verdict is not None and m.verdict.flip
 
     @property
     def ok(self) -> bool:
@@ -192,7 +193,8 @@ def report(result: CheckResult, strict: bool = False, out=None) -> int:
         print(line, file=out)
     status = result.exit_status(strict)
     if not result.ok and status == EXIT_OK and result.flip:
-        print("note: a rounding flip of the sampling race, not a bug; fatal only with --strict", file=out)
+        kind = "of the sampling race" if result.mismatch.verdict.kind == "race" else "at a sampling boundary"
+        print(f"note: a rounding flip {kind}, not a bug; fatal only with --strict", file=out)
     elif not result.ok and status == EXIT_OK:
         print(
             f"note: in {_dtype_name(result.dtype)} a forward over many tokens rounds differently from one "
@@ -307,7 +309,8 @@ def _unwrap(err: BaseException) -> _Found | None:
 
 def _add_margin(model, mismatch: Mismatch) -> None:
     """Plain decoding's top-2 margin of the processed scores at the first differing position
-    (sampling: the two tokens' gap in the race over those scores and the seed's noise)."""
+    (sampling: the verdict of ``lookahead.verify.race`` on generate's own logits, processors and
+    noise there, and the two tokens' race gap)."""
     if mismatch.position is None or mismatch.expected is None:
         return
     device = next(model.parameters()).device
@@ -318,15 +321,21 @@ def _add_margin(model, mismatch: Mismatch) -> None:
             ids,
             attention_mask=torch.ones_like(ids),
             output_scores=True,
+            output_logits=True,
             return_dict_in_generate=True,
             **mismatch.kwargs,
         )
-    scores = out.scores[mismatch.position][0].float()
-    top = torch.topk(scores, 2).values.tolist()
-    mismatch.top_score, mismatch.margin = top[0], top[0] - top[1]
-    if mismatch.seed is not None and mismatch.got is not None:
-        values = race(scores, mismatch.seed, mismatch.position)
-        mismatch.race_gap = gap(values, (mismatch.expected, mismatch.got))
+        scores = out.scores[mismatch.position][0].float()
+        top = torch.topk(scores, 2).values.tolist()
+        mismatch.top_score, mismatch.margin = top[0], top[0] - top[1]
+        if mismatch.seed is not None and mismatch.got is not None:
+            processors = generate_processors(model, ids, attention_mask=torch.ones_like(ids), **mismatch.kwargs)
+            prefix = ids.new_tensor([mismatch.prompt + mismatch.expected_ids[: mismatch.position]])
+            logits = out.logits[mismatch.position][0].float()
+            noise = replay_noise(mismatch.seed, mismatch.position, 1, 0, logits.shape[-1], logits.device).log()
+            tokens = (mismatch.expected, mismatch.got)
+            mismatch.verdict = verdict(prefix, logits, processors, tokens, noise, next(model.parameters()).dtype)
+            mismatch.race_gap = mismatch.verdict.race_gap
 
 
 def _example_lines(m: Mismatch, dtype: torch.dtype) -> list[str]:
@@ -355,19 +364,16 @@ def _example_lines(m: Mismatch, dtype: torch.dtype) -> list[str]:
 
 
 def _margin_line(m: Mismatch, dtype: torch.dtype) -> str:
-    if m.race_gap is not None:
-        verdict = "a rounding flip of the race" if m.race_gap < TIE_GAP else "not a near-tie, likely a bug"
-        return (
-            f"the two tokens' gap in the seeded sampling race there: {m.race_gap:.4g} (ties < {TIE_GAP:g}): {verdict}"
-        )
+    if m.verdict is not None:
+        return f"the seeded sampling race there (gap {m.race_gap:.4g}): {m.verdict.reason}"
     if m.margin is None:
         return "top-2 margin: none (plain decoding had stopped there)"
     steps = m.margin / (torch.finfo(dtype).eps * max(abs(m.top_score), 1.0))
     text = (
         f"plain decoding's top-2 score margin there: {m.margin:.4g} ({steps:.3g} {_dtype_name(dtype)} rounding steps)"
     )
-    verdict = "a near-tie, likely rounding" if steps <= NEAR_TIE_STEPS else "not a near-tie, likely a bug"
-    return f"{text}: {verdict}"
+    call = "a near-tie, likely rounding" if steps <= NEAR_TIE_STEPS else "not a near-tie, likely a bug"
+    return f"{text}: {call}"
 
 
 def _tok(token: int | None) -> str:

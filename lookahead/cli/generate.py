@@ -18,7 +18,7 @@ from lookahead.checking.exactness import first_difference, full_precision
 from lookahead.checking.request import Request
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.drafts.suffix import SuffixIndex
-from lookahead.verify.race import TIE_GAP, race_gap
+from lookahead.verify.race import race_verdict
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing
@@ -113,7 +113,8 @@ def _read_prompt(prompt: str) -> str:
 class Outcome:
     """One ``lookahead generate`` run. ``compare`` is ``None`` unless plain decoding ran too:
     then ``{"plain_new_tokens", "plain_wall_s", "plain_tokens_per_s", "speedup", "identical",
-    "first_difference"}`` (``speedup``: plain wall time / lookahead wall time)."""
+    "first_difference", "race_gap", "flip"}`` (``speedup``: plain wall time / lookahead wall time;
+    sampling: ``flip`` is ``lookahead.verify.race``'s verdict where they part, as a dict)."""
 
     prompt_tokens: int
     token_ids: list[int]
@@ -172,9 +173,9 @@ def run(
 
 def exit_status(outcome: Outcome, settings: Settings, dtype: torch.dtype) -> int:
     """1 when a comparison in float32/float64 found different token ids (seeded sampling too,
-    unless it is a rounding flip of the race), else 0."""
+    unless it is a rounding flip, of the race or at a boundary), else 0."""
     c = outcome.compare
-    flip = c is not None and c.get("race_gap") is not None and c["race_gap"] < TIE_GAP
+    flip = c is not None and (c.get("flip") or {}).get("kind") in ("race", "boundary")
     if c is not None and not c["identical"] and not flip and full_precision(dtype):
         return EXIT_MISMATCH
     return EXIT_OK
@@ -196,13 +197,12 @@ def compare_line(outcome: Outcome, sample: bool) -> str:
     c = outcome.compare
     if c["identical"]:
         same = "token ids identical"
-    elif sample and c.get("race_gap") is not None and c["race_gap"] < TIE_GAP:
-        same = (
-            f"token ids differ from new token {c['first_difference']}, a rounding flip of the seeded race "
-            f"(gap {c['race_gap']:.2g})"
-        )
+    elif sample and c.get("flip") and c["flip"]["kind"] != "bug":
+        same = f"token ids differ from new token {c['first_difference']}, {c['flip']['reason']}"
     else:
         same = f"token ids DIFFER from new token {c['first_difference']}"
+        if sample and c.get("flip"):
+            same += f", {c['flip']['reason']}"
     return (
         f"model.generate: {c['plain_new_tokens']} new tokens in {c['plain_wall_s']:.2f} s, "
         f"{c['plain_tokens_per_s']:.1f} tokens/s; speed-up {c['speedup']:.2f}x; {same}"
@@ -270,11 +270,11 @@ def _compare(model, ids, settings: Settings, new: list[int], wall: float) -> dic
     out, plain_wall = _timed(settings.seed, lambda: model.generate(ids, **settings.generate_kwargs(ids)))
     plain = out[0, ids.shape[1] :].tolist()
     differ = first_difference(plain, new)
-    gap = None
+    judged = None
     if settings.do_sample and differ is not None and differ < min(len(plain), len(new)):
         prefix = torch.cat([ids[0], ids.new_tensor(plain[:differ])])
         tokens = (plain[differ], new[differ])
-        gap = race_gap(model, prefix, tokens, settings.seed, differ, processors=settings.warpers())
+        judged = race_verdict(model, prefix, tokens, settings.seed, differ, processors=settings.warpers())
     return {
         "plain_new_tokens": len(plain),
         "plain_wall_s": plain_wall,
@@ -282,5 +282,6 @@ def _compare(model, ids, settings: Settings, new: list[int], wall: float) -> dic
         "speedup": plain_wall / wall if wall else 0.0,
         "identical": differ is None,
         "first_difference": differ,
-        "race_gap": gap,  # sampling: the two tokens' gap in the seeded race where they part
+        "race_gap": judged.race_gap if judged else None,  # sampling: the two tokens' race gap where they part
+        "flip": judged.as_dict() if judged else None,  # sampling: lookahead.verify.race's verdict there
     }

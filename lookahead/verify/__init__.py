@@ -3,4 +3,5 @@
 rules   the greedy rule and the seeded sampling rule a walk down the guess tree follows
 noise   ``generate``'s sampling noise, replayed for rows that advance at their own pace
 race    where a seeded sample parts from ``generate``'s: a rounding flip or a bug
+boundary  how much rounding moves a token across the top-k, top-p or min-p edge
 """

@@ -147,6 +147,53 @@ def test_rounding_ties_are_told_apart_from_mismatches():
     assert not report.only_ties(doc) and "NO 2/2" in report.table(doc)
 
 
+def test_sampled_flips_are_told_apart_from_bugs_by_the_verdict():
+    """Sampled mismatches count as ties by their verdict, not by ``tie_margin`` (inf when a
+    token lies outside the support): a boundary flip is named as one, a bug keeps the run NO."""
+    boundary = {
+        "kind": "boundary",
+        "race_gap": None,
+        "tolerance": 1.3,
+        "token": 201,
+        "edge": "top-p",
+        "edge_gap": 0.089,
+        "shortfall": -1.6,
+        "reason": "a rounding flip at the top-p boundary: ...",
+    }
+    bug = {
+        "kind": "bug",
+        "race_gap": None,
+        "tolerance": 1.3,
+        "token": 9,
+        "edge": "top-p",
+        "edge_gap": 3.9,
+        "shortfall": None,
+        "reason": "likely a bug: lookahead's token 9 lies ...",
+    }
+    records = [
+        _record("a", "greedy", 10, 10, 1.0),
+        _record("a", "fast", 10, 4, 0.5, mismatch=3),
+        _record("b", "greedy", 10, 10, 1.0),
+        _record("b", "fast", 10, 4, 0.5),
+    ]
+    records[1].tie_margin, records[1].flip = float("inf"), boundary
+    config = {"dtype": "bfloat16", "sample": {"do_sample": True}}
+    doc = report.document(config, records, ["greedy", "fast"], "greedy", exactness=True)
+    fast = doc["methods"]["fast"]
+    assert fast["ties"] == 1 and fast["boundary_flips"] == 1 and report.only_ties(doc)
+    assert doc["prompts"][1]["flip"] == boundary
+    lines = report.mismatch_lines(doc)
+    assert "a@3 (top-p boundary flip: token 201 8.9e-02 from its edge <= 1.3e+00)" in lines[0]
+    assert "logit gap" not in lines[0] and "1 at a top-k/top-p/min-p boundary" in lines[1]
+    assert lines[2] == "  a@3: a rounding flip at the top-p boundary: ..."
+    records[3].first_mismatch, records[3].tie_margin, records[3].flip = 5, float("inf"), bug
+    doc = report.document(config, records, ["greedy", "fast"], "greedy", exactness=True)
+    assert not report.only_ties(doc) and "NO 2/2" in report.table(doc)
+    lines = report.mismatch_lines(doc)
+    assert "b@5 (likely a bug: token 9 3.9e+00 outside top-p > 1.3e+00)" in lines[0]
+    assert "  b@5: likely a bug: lookahead's token 9 lies ..." in lines
+
+
 def test_batches_are_left_padded_groups():
     from lookahead.bench.prompts import Prompt
     from lookahead.bench.runner import batches

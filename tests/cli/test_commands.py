@@ -168,6 +168,23 @@ def test_check_finds_and_shrinks_a_planted_bug(tiny_dir, capsys):
     assert reduced.exit_status() == 0 and reduced.exit_status(strict=True) == check.EXIT_MISMATCH
 
 
+@pytest.mark.parametrize(("kind", "status", "note"), [("boundary", 0, "at a sampling boundary"), ("bug", 1, None)])
+def test_check_report_follows_the_sampled_verdict(kind, status, note):
+    """In float32 a sampled mismatch exits by its verdict: a boundary flip is 0 with a note
+    (1 with --strict), a bug is 1, and the verdict's reason is the margin line."""
+    from lookahead.verify.race import Verdict
+
+    judged = Verdict(kind, float("inf"), 1e-4, f"{kind}: the reason", token=3, edge="top-p", edge_gap=5e-5)
+    m = check.Mismatch([5, 6], lookahead.LookaheadConfig(), {"do_sample": True}, [3], [4], 0, 3, 4, seed=1)
+    m.race_gap, m.verdict = judged.race_gap, judged
+    result = check.CheckResult(1, 1, 0.0, torch.float32, m, sample=True)
+    out = io.StringIO()
+    assert check.report(result, out=out) == status and result.exit_status(strict=True) == 1
+    text = out.getvalue()
+    assert f"the seeded sampling race there (gap inf): {kind}: the reason" in text
+    assert (f"note: a rounding flip {note}, not a bug" in text) if note else ("note" not in text)
+
+
 def test_check_without_hypothesis_says_what_to_install(tiny_dir, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "hypothesis", None)  # `import hypothesis` now fails
     assert cli.main(["check", "--model", str(tiny_dir)]) == cli.EXIT_USAGE
@@ -281,6 +298,32 @@ def test_generate_compare_sampled_is_token_for_token_seeded_generate(tiny_dir, c
     assert cli.main([*argv, "--temperature", "1.2", "--json", "-", "abcabcab"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["compare"]["identical"] is True and rec["compare"]["race_gap"] is None
+
+
+def test_generate_compare_sampled_calls_a_planted_token_a_bug(tiny_dir, capsys, monkeypatch):
+    """A lookahead that emits, at new token 2, the token the model likes least (outside the
+    top-p nucleus, far from its edge) differs from seeded ``generate`` there, and the verdict
+    says likely a bug, not a flip: exit 1 in float32, the reason in the JSON and the line."""
+    real = lookahead.generate
+
+    def planted(model, ids, **kwargs):
+        out = real(model, ids, **kwargs)
+        at = ids.shape[1] + 2
+        if out.shape[1] > at:
+            with torch.inference_mode():
+                worst = int(model(input_ids=out[:, :at]).logits[0, -1].argmin())
+            out = out.clone()
+            out[0, at] = worst
+        return out
+
+    monkeypatch.setattr(lookahead, "generate", planted)
+    argv = ["generate", "--model", str(tiny_dir), "--max-new-tokens", "8", "--compare", "--sample", "--seed", "5"]
+    argv += ["--temperature", "0.7", "--top-p", "0.8"]
+    assert cli.main([*argv, "--json", "-", "abcabcab"]) == 1
+    flip = json.loads(capsys.readouterr().out)["compare"]["flip"]
+    assert flip["kind"] == "bug" and flip["edge"] == "top-p" and flip["edge_gap"] > flip["tolerance"], flip
+    assert cli.main([*argv, "abcabcab"]) == 1
+    assert "token ids DIFFER from new token 2, likely a bug" in capsys.readouterr().err
 
 
 def test_check_sample_passes_on_a_tiny_model(tiny_dir, capsys):

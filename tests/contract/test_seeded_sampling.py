@@ -9,6 +9,8 @@ lists; ``test_sampling.py`` keeps the distribution-level check as a second line 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from hypothesis import given
@@ -245,6 +247,8 @@ def test_bench_checks_seeded_samples_and_names_a_planted_difference(monkeypatch)
     assert all(r.tie_margin is not None and r.tie_margin > runner.TIE_MARGIN for r in planted), [
         (r.first_mismatch, r.tie_margin, len(r.result.tokens)) for r in planted
     ]
+    assert all(r.flip is not None and r.flip["kind"] == "bug" for r in planted), [r.flip for r in planted]
+    assert "likely a bug" in "\n".join(report.mismatch_lines(doc))
 
 
 def test_check_sample_compares_seeded_and_names_a_planted_difference(monkeypatch):
@@ -267,6 +271,7 @@ def test_check_sample_compares_seeded_and_names_a_planted_difference(monkeypatch
     m = result.mismatch
     assert m is not None and m.seed is not None and m.kwargs["do_sample"] is True
     assert m.race_gap is not None and m.race_gap > TIE_GAP and not result.flip
+    assert m.verdict is not None and m.verdict.kind == "bug" and m.verdict.race_gap == m.race_gap
     assert result.exit_status() == 1
     text = "\n".join(result.lines())
     assert "seeded sampling race" in text and "likely a bug" in text and f"torch.manual_seed({m.seed})" in text
@@ -285,3 +290,53 @@ def test_calibration_and_the_static_warm_up_draw_no_random_numbers():
     ids = torch.tensor([[5, 6, 7, 8] * 3])
     lookahead.generate(model, ids, max_new_tokens=8, eos_token_id=None, pad_token_id=PAD, cache_implementation="static")
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_planted_token_is_a_bug_and_generate_s_own_is_not(dtype):
+    """At every position of a seeded sample: ``generate``'s token against itself is a race flip
+    of gap 0, and the token the model likes least in its place (outside the top-p nucleus) is
+    a bug, in half precision too, where the tolerance is far wider."""
+    from lookahead.verify.race import race_verdict, warpers
+
+    model = tiny_model("llama", "sdpa")
+    model = model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    torch.manual_seed(3)
+    kwargs = dict(do_sample=True, temperature=0.5, top_p=0.8, top_k=0, pad_token_id=PAD, eos_token_id=None)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, **kwargs)
+    for t in range(6):
+        prefix, chosen = out[0, : 6 + t], int(out[0, 6 + t])
+        with torch.inference_mode():
+            worst = int(model(input_ids=prefix[None]).logits[0, -1].argmin())
+        same = race_verdict(model, prefix, (chosen, chosen), 3, t, processors=warpers(0.5, 0.8))
+        assert same.kind == "race" and same.race_gap == 0.0
+        planted = race_verdict(model, prefix, (chosen, worst), 3, t, processors=warpers(0.5, 0.8))
+        assert planted.kind == "bug" and not planted.flip and planted.edge == "top-p", planted
+        assert planted.edge_gap > planted.tolerance and "outside the top-p support" in planted.reason
+
+
+def test_check_calls_a_planted_token_outside_the_support_a_bug(monkeypatch):
+    """``lookahead check --sample`` on a decoder that swaps its first new token for the one the
+    model likes least: the shrunk mismatch's verdict (from generate's own logits, processors
+    and noise) is a bug, and the report says so."""
+    from lookahead.checking.check import run_check
+
+    model, tok = tiny_model("llama", "sdpa"), tiny_tokenizer()
+    real = lookahead.generate
+
+    def planted(model, ids, **kwargs):
+        out = real(model, ids, **kwargs)
+        if out.shape[1] > ids.shape[1]:
+            with torch.inference_mode():
+                worst = int(model(input_ids=ids).logits[0, -1].argmin())
+            out = out.clone()
+            out[0, ids.shape[1]] = worst
+        return out
+
+    monkeypatch.setattr(lookahead, "generate", planted)
+    result = run_check(model, tok, examples=10, seed=2, max_new_tokens=6, sample=True)
+    m = result.mismatch
+    assert m is not None and m.position == 0 and m.verdict is not None, m
+    assert m.verdict.kind == "bug" and not result.flip and result.exit_status() == 1, m.verdict
+    assert "likely a bug" in "\n".join(result.lines())
