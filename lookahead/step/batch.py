@@ -136,6 +136,7 @@ class BatchDecoder:
             draft=cfg.uses_copy,
             window_tokens=cfg.levels * cfg.window,
             prior_tokens=SAMPLED_PRIOR_TOKENS if isinstance(self.rule, SamplingRule) else 2.0,
+            frugal=isinstance(self.rule, SamplingRule),
         )
         for r in range(rows):
             criteria = self.stopping_criteria

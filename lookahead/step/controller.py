@@ -30,6 +30,9 @@ a shape's tries wait while their waste so far is above its part of that share (e
 shape an equal part, so a cheap shape's frequent tries cannot starve the window's). Where nothing holds (seeded
 sampling of a flat distribution, on a curve where any second token costs 40% of a forward)
 decoding is then plain but for tries worth 2% of the call, and a try that pays costs nothing.
+A ``frugal`` controller (seeded sampling's) also counts a fresh call's first tries, and starts
+a try only when its waste so far plus what its tries have been wasting on average fits its
+part: one losing window try then waits for the hundred steps that pay for it.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class ShapeController:
             is one step's): 2 under greedy, so a cold pool's first misses do not send decoding
             to the plain shape; less under sampling, where a guess holds less often and the
             prior's optimism would buy a fresh call's first steps at a loss.
+        frugal: tries wait for what they are expected to waste, first tries included (see
+            above); for seeded sampling, where tries rarely win.
     """
 
     def __init__(
@@ -96,6 +101,7 @@ class ShapeController:
         draft: bool = False,
         window_tokens: int = 0,
         prior_tokens: float = 2.0,
+        frugal: bool = False,
     ):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
@@ -124,6 +130,7 @@ class ShapeController:
         self._wasted = dict.fromkeys(self.guessing, 0.0)  # what each shape's tries cost beyond their tokens
         self._allowance = EXPLORE_SHARE / len(self.guessing)
         self._trying = False  # whether the step being decided is a try
+        self.frugal = frugal
         self._rates = {shape: self._rated(shape) for shape in self.guessing} | {PLAIN: 1.0}
 
     def _window_wait(self, explore_every: int, window_tokens: int) -> int:
@@ -158,16 +165,26 @@ class ShapeController:
             return FULL
         for shape in self._tried_first:
             if self.counts[shape] < self._first_tries:
+                self._trying = self.frugal
                 return shape
         best = self.best()
         allowed = self._allowance * self._paid
         stale = [
             shape
             for shape in self.guessing
-            if shape != best and self._since[shape] >= self._waits[shape] and self._wasted[shape] <= allowed
+            if shape != best
+            and self._since[shape] >= self._waits[shape]
+            and self._wasted[shape] + (self._expected_waste(shape) if self.frugal else 0.0) <= allowed
         ]
         self._trying = bool(stale)
         return stale[0] if stale else best
+
+    def _expected_waste(self, shape: str) -> float:
+        """What a try of ``shape`` wastes by its averages (0 before it fed anything)."""
+        fed = self._fed[shape].mean()
+        if fed <= 0:
+            return 0.0
+        return max(self.costs(fed) + self.overhead - self._tokens[shape].mean(), 0.0)
 
     def record(self, shape: str, accepted: float, fed: float) -> None:
         """A step of ``shape`` fed ``fed`` tokens and appended ``accepted`` (per row)."""

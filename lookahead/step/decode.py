@@ -57,6 +57,7 @@ class Decoder:
             draft=config.uses_copy,
             window_tokens=config.levels * config.window,
             prior_tokens=SAMPLED_PRIOR_TOKENS if isinstance(rule, SamplingRule) else 2.0,
+            frugal=isinstance(rule, SamplingRule),
         )
         adaptive = self.controller.adaptive  # a fixed shape feeds every source's whole guesses
         self.proposer = Proposer(

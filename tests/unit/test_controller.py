@@ -156,3 +156,28 @@ def test_the_windows_tries_wait_by_what_one_costs():
     assert first_full(unknown) == [24]
     proportional = ShapeController(CostCurve.linear(1.0), draft=True, explore_every=12, window_tokens=16)
     assert first_full(proportional) == [MAX_WINDOW_WAIT * 12]  # 16 / 0.02 steps, capped
+
+
+def test_a_frugal_controller_counts_first_tries_and_waits_for_expected_waste():
+    """Seeded sampling's controller: where nothing holds, a fresh 128-step call pays for no
+    more than its first tries and its share, and less than a controller that is not frugal;
+    where guesses pay, it still finds them."""
+    from lookahead.step.controller import EXPLORE_SHARE, SAMPLED_PRIOR_TOKENS
+
+    curve = CostCurve((1, 2, 32), (1.0, 1.43, 2.15))
+    outcome = {FULL: (1, 17), DRAFT: (1, 9)}
+
+    def cost(frugal, steps=128):
+        controller = ShapeController(
+            curve, draft=True, window_tokens=16, prior_tokens=SAMPLED_PRIOR_TOKENS, frugal=frugal
+        )
+        shapes = run(controller, steps, outcome)
+        return sum(curve(outcome[s][1]) if s != PLAIN else 1.0 for s in shapes), shapes
+
+    frugal, shapes = cost(True)
+    loose, _ = cost(False)
+    first_try = curve(9) - 1
+    assert frugal <= 128 * (1 + EXPLORE_SHARE) + first_try, shapes
+    assert frugal < loose
+    controller = ShapeController(curve, draft=True, window_tokens=16, prior_tokens=SAMPLED_PRIOR_TOKENS, frugal=True)
+    assert run(controller, 60, {DRAFT: (4, 9)})[10:].count(DRAFT) > 40  # 4 tokens for 1.6: drafts win
