@@ -27,9 +27,10 @@ at most ``EXPLORE_SHARE`` of the forward cost.
 Over a whole call, the tries together waste at most ``EXPLORE_SHARE`` of what the call paid:
 a try's waste is its cost beyond the tokens it appended (a plain step pays 1 per token), and
 a shape's tries wait while their waste so far is above its part of that share (each guessing
-shape an equal part, so a cheap shape's frequent tries cannot starve the window's). Where nothing holds (seeded
-sampling of a flat distribution, on a curve where any second token costs 40% of a forward)
-decoding is then plain but for tries worth 2% of the call, and a try that pays costs nothing.
+shape an equal part, so a cheap shape's frequent tries cannot starve the window's). Where
+nothing holds (seeded sampling of a flat distribution, on a curve where any second token
+costs 40% of a forward) decoding is then plain but for tries worth 2% of the call, and a try
+that pays costs nothing.
 A ``frugal`` controller (seeded sampling's) also counts a fresh call's first tries, and starts
 a try only when its waste so far plus what its tries have been wasting on average fits its
 part: one losing window try then waits for the hundred steps that pay for it.

@@ -10,10 +10,10 @@ each winner must be explained by rounding of the same scores. Two ways can do th
 - a flip at a boundary: a token within rounding of the edge of the support (``verify.boundary``)
   crosses it, and with it across, the other decoding's token wins the race within rounding.
 
-Anything wider is a bug. ``race_gap`` recomputes that position the plain way (one forward over
-the row's prompt and the common prefix, the processors, the replayed noise) and returns the gap
-between the two tokens' race values (``inf`` when one is outside the support); ``race_verdict``
-(and ``verdict``, from given scores) says which of the three it is, against a tolerance that
+Anything wider is a bug. ``race_verdict`` recomputes that position the plain way (one forward
+over the row's prompt and the common prefix, the processors, the replayed noise) and, like
+``verdict`` from given scores, says which of the three it is, with the gap between the two
+tokens' race values (``inf`` when one is outside the support), against a tolerance that
 depends on the dtype the model ran in (``tolerance``).
 """
 
@@ -86,34 +86,6 @@ def gap(values: torch.Tensor, tokens: tuple[int, int]) -> float:
     return float((a - b).abs())
 
 
-@torch.inference_mode()
-def race_gap(
-    model,
-    prefix: torch.Tensor,
-    tokens: tuple[int, int],
-    seed: int,
-    step: int,
-    rows: int = 1,
-    row: int = 0,
-    processors=None,
-) -> float:
-    """``|race(a) - race(b)|`` at the position after ``prefix`` for ``tokens = (a, b)``, recomputed
-    the plain way (one forward over ``prefix``).
-
-    Args:
-        prefix: the row's real tokens (no padding) and the tokens both outputs share, ``[n]``.
-        seed, step, rows, row: the seed both ran under, the new token's index, the batch size
-            and the row's slot in it (what fixes its noise).
-        processors: the processed distribution's ``LogitsProcessorList`` (temperature, top-p,
-            ...), or ``None`` for the raw softmax.
-    """
-    ids = prefix[None].to(model.device)
-    scores = model(input_ids=ids).logits[:, -1].float()
-    if processors:
-        scores = processors(ids, scores)
-    return gap(race(scores[0], seed, step, rows, row), tokens)
-
-
 def tolerance(dtype, scale: float = 1.0) -> float:
     """The widest gap (nats) that rounding of a forward in ``dtype`` (a ``torch.dtype`` or its
     name) moves, for scores of magnitude ``scale`` (the largest ``|score|``; under 1 counts as
@@ -145,7 +117,7 @@ class Verdict:
     ``kind``: ``"race"`` (both inside the support, race values within rounding), ``"boundary"``
     (a token within rounding of an edge of the support crossed it) or ``"bug"``. ``race_gap``:
     the two tokens' race gap over ``generate``'s support, ``inf`` when one is outside (what
-    ``race_gap`` returns). ``tolerance``: the widest gap rounding reaches here (nats).
+    ``gap`` returns). ``tolerance``: the widest gap rounding reaches here (nats).
     ``token``, ``edge``, ``edge_gap``: the token that crossed an edge (or that nothing explains),
     the edge (``"top-p"``, ``"top-k"``, ``"min-p"``) and the rounding gap that moves it across
     (``inf``: none does); ``shortfall``: how far the explained token's race value falls short of
@@ -341,9 +313,17 @@ def race_verdict(
     processors=None,
     dtype=None,
 ) -> Verdict:
-    """``verdict`` at the position after ``prefix`` (``[n]``), recomputed the plain way (one
-    forward over ``prefix``); the other arguments as ``race_gap``'s. ``dtype``: the model's
-    (default: its parameters')."""
+    """``verdict`` at the position after ``prefix`` for ``tokens = (generate's, lookahead's)``,
+    recomputed the plain way (one forward over ``prefix``).
+
+    Args:
+        prefix: the row's real tokens (no padding) and the tokens both outputs share, ``[n]``.
+        seed, step, rows, row: the seed both ran under, the new token's index, the batch size
+            and the row's slot in it (what fixes its noise).
+        processors: the processed distribution's ``LogitsProcessorList`` (temperature, top-p,
+            ...), or ``None`` for the raw softmax.
+        dtype: the model's (default: its parameters'), which fixes the tolerance.
+    """
     ids = prefix[None].to(model.device)
     logits = model(input_ids=ids).logits[0, -1].float()
     dtype = dtype if dtype is not None else next(model.parameters()).dtype

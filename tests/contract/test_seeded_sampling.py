@@ -21,7 +21,7 @@ from test_batch import eos_ending_rows
 import lookahead
 from lookahead import testing
 from lookahead.verify.noise import NoiseStream
-from lookahead.verify.race import TIE_GAP, race_gap, replay_noise
+from lookahead.verify.race import TIE_GAP, race_verdict, replay_noise
 
 from strategies import batch_rows, eos_ids, prompts
 from tiny_models import CASES, left_pad, tiny_model, tiny_tokenizer
@@ -212,9 +212,9 @@ def test_replayed_noise_decides_every_token_generate_sampled(rows):
             logits = model(input_ids=prefix[None]).logits[0, -1].float()
             race = torch.log_softmax(logits, -1) - replay_noise(8, t, rows, r, logits.shape[-1]).log()
             assert int(race.argmax()) == chosen
-            assert race_gap(model, prefix, (chosen, chosen), 8, t, rows, r) == 0.0
+            assert race_verdict(model, prefix, (chosen, chosen), 8, t, rows, r).race_gap == 0.0
             other = (chosen + 1) % logits.shape[-1]
-            assert race_gap(model, prefix, (chosen, other), 8, t, rows, r) > TIE_GAP
+            assert race_verdict(model, prefix, (chosen, other), 8, t, rows, r).race_gap > TIE_GAP
 
 
 def test_bench_checks_seeded_samples_and_names_a_planted_difference(monkeypatch):
