@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import torch
 
 from lookahead.drafts.tree import GuessTree
+from lookahead.verify.guess_race import race_guesses
 from lookahead.verify.noise import NoiseStream
 
 _CEILING_ALPHA = 0.1  # weight of the newest root draw in SamplingRule.ceiling
@@ -134,9 +135,14 @@ class SamplingRule:
         """The tokens the race would emit at ``nodes``, were the k-th of them the k-th token
         from now, each with that position's known noise and the processors seeing
         ``sequence``: guesses of the seeded sample there (the argmax beyond the stream's lead).
-        One processor call and one softmax for all of them; reads no noise, so the output
-        stays ``generate``'s whatever is guessed."""
+        Where the processors are ``generate``'s sampling warpers, the race runs over each
+        row's top scores (``guess_race``); else one processor call and one softmax for all
+        of them. Reads no noise, so the output stays ``generate``'s whatever is guessed."""
         raw = self._logits[nodes].float()
+        noise = [self.noise.peek(self.row, self.emitted + k, raw[k : k + 1]) for k in range(len(nodes))]
+        picks = race_guesses(raw, self.processors, noise)
+        if picks is not None:
+            return picks
         scores = raw
         if self.processors:
             try:  # one call over the stacked rows: each call costs more than its rows here
@@ -145,13 +151,9 @@ class SamplingRule:
                 scores = None
             if scores is None or scores.shape != raw.shape:  # processors that keep per-row state (a batch's)
                 scores = torch.cat([self.report(v, sequence).scores for v in nodes])
-        picks = []
         probs = torch.softmax(scores, dim=-1)
-        for k in range(len(nodes)):
-            noise = self.noise.peek(self.row, self.emitted + k, scores[k : k + 1])
-            row = probs[k : k + 1] if noise is None else probs[k : k + 1] / noise
-            picks.append(int(row.argmax(-1)))
-        return picks
+        rows = [probs[k : k + 1] if q is None else probs[k : k + 1] / q for k, q in enumerate(noise)]
+        return [int(row.argmax(-1)) for row in rows]
 
     def release(self) -> None:
         """This rule emits no more tokens."""
