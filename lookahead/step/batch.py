@@ -40,7 +40,7 @@ from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch_rows import ForcedPad, Row, RowView
 from lookahead.step.cache import commit_rows, gather_rows, trim_rows
-from lookahead.step.controller import GUESS_OVERHEAD_S, PLAIN, SAMPLED_PRIOR_TOKENS, ShapeController
+from lookahead.step.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController, rule_settings
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.decode import Layout
 from lookahead.step.host import fetch, upload, wait
@@ -135,8 +135,7 @@ class BatchDecoder:
             rows=rows,
             draft=cfg.uses_copy,
             window_tokens=cfg.levels * cfg.window,
-            prior_tokens=SAMPLED_PRIOR_TOKENS if isinstance(self.rule, SamplingRule) else 2.0,
-            frugal=isinstance(self.rule, SamplingRule),
+            **rule_settings(isinstance(self.rule, SamplingRule), cfg.uses_copy),
         )
         for r in range(rows):
             criteria = self.stopping_criteria

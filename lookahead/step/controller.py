@@ -52,6 +52,12 @@ EXPLORE_SHARE = 0.02  # the most of the forward cost the window's losing tries t
 MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore_every
 
 
+def rule_settings(sampled: bool, draft: bool) -> dict:
+    """The :class:`ShapeController` keywords for the decoder's rule: under seeded sampling the
+    lower prior, frugal tries and (with a draft budget) no full shape; greedy keeps the defaults."""
+    return {"prior_tokens": SAMPLED_PRIOR_TOKENS, "frugal": True, "full": not draft} if sampled else {}
+
+
 class _Average:
     __slots__ = ("value", "weight")
 
@@ -89,6 +95,11 @@ class ShapeController:
             prior's optimism would buy a fresh call's first steps at a loss.
         frugal: tries wait for what they are expected to waste, first tries included (see
             above); for seeded sampling, where tries rarely win.
+        full: whether the ``full`` shape competes (a fixed shape is always full). Seeded
+            sampling with a draft budget leaves it out: the window's levels advance by the
+            argmax, so fed whole they guess the greedy text, never the sample (they never
+            paid in any sampled run), while its free iterations, raced with the known noise,
+            reach the budget as a row.
     """
 
     def __init__(
@@ -103,6 +114,7 @@ class ShapeController:
         window_tokens: int = 0,
         prior_tokens: float = 2.0,
         frugal: bool = False,
+        full: bool = True,
     ):
         self.costs = costs if costs is not None else CostCurve.linear()
         self.adaptive = adaptive
@@ -110,10 +122,11 @@ class ShapeController:
         # each row of a batch plans and walks its own guesses
         self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S * rows)
         # tried first in this order; with the draft shape, it first and once
-        self.guessing = (DRAFT, FULL) if draft else (FULL, LEAN)
+        competing = (DRAFT, FULL) if draft else (FULL, LEAN)
+        self.guessing = tuple(shape for shape in competing if full or not adaptive or shape != FULL)
         self._first_tries = 1 if draft else 2
         # the window, dearest by far, waits for its first exploration when a cheaper shape competes
-        self._tried_first = (DRAFT,) if draft else (FULL, LEAN)
+        self._tried_first = tuple(shape for shape in ((DRAFT,) if draft else (FULL, LEAN)) if shape in self.guessing)
         self.shapes = self.guessing + (PLAIN,)
         self._tokens = {shape: _Average(prior_tokens, 1.0) for shape in self.guessing}
         self._fed = {shape: _Average() for shape in self.guessing}

@@ -18,7 +18,7 @@ from lookahead.drafts.window import JacobiWindow
 from lookahead.stats import LookaheadStats
 from lookahead.step import kernels
 from lookahead.step.cache import check_cache, commit, held_from, prepare_cache
-from lookahead.step.controller import DRAFT, FULL, PLAIN, SAMPLED_PRIOR_TOKENS, ShapeController
+from lookahead.step.controller import DRAFT, FULL, PLAIN, ShapeController, rule_settings
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.host import fetch, upload, views, wait
 from lookahead.step.mask import attention_groups
@@ -56,8 +56,7 @@ class Decoder:
             adaptive=config.adaptive and config.method == "lookahead",
             draft=config.uses_copy,
             window_tokens=config.levels * config.window,
-            prior_tokens=SAMPLED_PRIOR_TOKENS if isinstance(rule, SamplingRule) else 2.0,
-            frugal=isinstance(rule, SamplingRule),
+            **rule_settings(isinstance(rule, SamplingRule), config.uses_copy),
         )
         adaptive = self.controller.adaptive  # a fixed shape feeds every source's whole guesses
         self.proposer = Proposer(

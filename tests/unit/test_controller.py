@@ -181,3 +181,18 @@ def test_a_frugal_controller_counts_first_tries_and_waits_for_expected_waste():
     assert frugal < loose
     controller = ShapeController(curve, draft=True, window_tokens=16, prior_tokens=SAMPLED_PRIOR_TOKENS, frugal=True)
     assert run(controller, 60, {DRAFT: (4, 9)})[10:].count(DRAFT) > 40  # 4 tokens for 1.6: drafts win
+
+
+def test_seeded_sampling_with_a_budget_never_feeds_the_window_whole():
+    """Under seeded sampling the window's levels guess greedy text: with a draft budget (which
+    takes the window's free iterations as a row) the full shape never runs, however well it
+    would do; without a budget it still competes."""
+    from lookahead.step.controller import SAMPLED_PRIOR_TOKENS, rule_settings
+
+    assert rule_settings(False, True) == {}
+    assert rule_settings(True, True) == {"prior_tokens": SAMPLED_PRIOR_TOKENS, "frugal": True, "full": False}
+    outcome = {FULL: (6, 17), DRAFT: (1, 9), LEAN: (1, 5)}
+    budgeted = ShapeController(CHEAP, draft=True, window_tokens=16, **rule_settings(True, True))
+    assert FULL not in budgeted.shapes and FULL not in run(budgeted, 300, outcome)
+    alone = ShapeController(CHEAP, draft=False, window_tokens=16, **rule_settings(True, False))
+    assert run(alone, 300, outcome)[-100:].count(FULL) > 90
