@@ -48,6 +48,10 @@ FULL, LEAN, DRAFT, PLAIN = "full", "lean", "draft", "plain"
 GUESS_OVERHEAD_S = 4e-4
 # a sampled guessing step's prior tokens: one guess in two holds (greedy's prior is 2)
 SAMPLED_PRIOR_TOKENS = 1.5
+# under seeded sampling a source's first guess holds about this share of the rule's ceiling:
+# the best source's noise-raced guess held 20.8% at T=0.7, where the ceiling averaged 0.52
+# (benchmarks/ceilings.py, the embedded model on HumanEval)
+GUESS_HIT_SHARE = 0.4
 EXPLORE_SHARE = 0.02  # the most of the forward cost the window's losing tries take, before backoff
 MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore_every
 
@@ -192,6 +196,16 @@ class ShapeController:
         ]
         self._trying = bool(stale)
         return stale[0] if stale else best
+
+    def budget_decides(self, ceiling: float) -> bool:
+        """Whether a step this controller would run plain goes to the draft budget instead,
+        which feeds no node that does not pay by its chances. Under greedy (``ceiling`` 1)
+        the chances hold as learnt. Under seeded sampling they are learnt within the call,
+        which only a budget consulted every step does (isolated tries never teach it); that
+        pays where one guessed node costs less than a guess's chance of holding
+        (``GUESS_HIT_SHARE x ceiling``): on a flat curve (bf16 here: a second token costs 0.08
+        of a forward more), not on a steep one (fp32 here: 0.43)."""
+        return ceiling == 1.0 or self.costs(2) - 1.0 + self.overhead < GUESS_HIT_SHARE * ceiling
 
     def _expected_waste(self, shape: str) -> float:
         """What a try of ``shape`` wastes by its averages (0 before it fed anything)."""

@@ -128,11 +128,8 @@ class Decoder:
         """One forward: propose, verify, append what holds, commit its cache entries."""
         shape = self.controller.choose()
         proposer = self.proposer
-        if shape == PLAIN and proposer.budget is not None and proposer.rule.ceiling == 1.0:
-            # under greedy the draft budget's chances hold as learnt and it decides whether
-            # any node pays this step; under sampling they promise more than a flat
-            # distribution keeps, and the controller's measured rates may choose plain steps
-            shape = DRAFT
+        if shape == PLAIN and proposer.budget is not None and self.controller.budget_decides(proposer.rule.ceiling):
+            shape = DRAFT  # the budget decides whether any node pays this step
         window = proposer.window if shape == FULL else None
         last, past_len = seq.tokens[-1], len(seq.tokens) - 1
         step = self._layout(seq, window, past_len, guess=shape != PLAIN)

@@ -196,3 +196,18 @@ def test_seeded_sampling_with_a_budget_never_feeds_the_window_whole():
     assert FULL not in budgeted.shapes and FULL not in run(budgeted, 300, outcome)
     alone = ShapeController(CHEAP, draft=False, window_tokens=16, **rule_settings(True, False))
     assert run(alone, 300, outcome)[-100:].count(FULL) > 90
+
+
+def test_the_budget_decides_sampled_steps_only_where_a_guessed_node_is_cheap():
+    """Greedy steps always go to the budget; seeded sampling's where a second token costs less
+    than ``GUESS_HIT_SHARE`` of the ceiling (bf16 on this project's CPU), not where it costs
+    most of a forward more (fp32 there), nor when the text is nearly flat."""
+    from lookahead.step.controller import GUESS_HIT_SHARE
+
+    flat = ShapeController(CostCurve((1, 2, 8), (1.0, 1.08, 2.5)), draft=True)
+    steep = ShapeController(CostCurve((1, 2, 8), (1.0, 1.43, 1.57)), draft=True)
+    assert flat.budget_decides(1.0) and steep.budget_decides(1.0)
+    assert flat.budget_decides(0.5) and not steep.budget_decides(0.5)
+    price = 0.08 + flat.overhead
+    assert not flat.budget_decides(0.99 * price / GUESS_HIT_SHARE)
+    assert flat.budget_decides(1.01 * price / GUESS_HIT_SHARE)
