@@ -5,6 +5,11 @@ calibration, or a flat bf16 one) a run gives the same forwards on any machine, b
 so changes to the drafts can be compared without timing. Wall-clock speed-ups: lookahead bench.
 
     python benchmarks/compression.py --limit 20 [--dtype bfloat16] [--sample] [--check] [--set window=0]
+        [--curve avx2-bfloat16] [--prompts adversarial] [--temperature 1.5]
+
+``modeled_speedup`` is the tokens over the steps' summed cost by that curve (a guessing
+step's overhead included), read off the controller's own records: what the run would gain
+were the curve exact.
 """
 
 import argparse
@@ -15,6 +20,7 @@ import torch
 
 import lookahead
 from lookahead.bench import prompts as P
+from lookahead.step.controller import PLAIN, ShapeController
 from lookahead.step.costmodel import CostCurve
 
 ap = argparse.ArgumentParser()
@@ -23,8 +29,11 @@ ap.add_argument("--limit", type=int, default=20)
 ap.add_argument("--tokens", type=int, default=128)
 ap.add_argument("--sample", action="store_true")
 ap.add_argument("--temperature", type=float, default=0.7)
+ap.add_argument("--top-p", type=float, default=0.95)
 ap.add_argument("--set", action="append", default=[])
 ap.add_argument("--check", action="store_true")
+ap.add_argument("--curve", default=None, help="a curve name below (default: the dtype's)")
+ap.add_argument("--prompts", default="humaneval")
 a = ap.parse_args()
 torch.set_num_threads(1)
 dtype = getattr(torch, a.dtype)
@@ -33,14 +42,28 @@ sizes = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 curves = {
     "float32": CostCurve(sizes, (1, 1.43, 1.49, 1.64, 1.81, 1.86, 2.1, 2.45, 3.0, 3.6), 0.011),
     "bfloat16": CostCurve(sizes, (1, 1.0, 1.0, 1.03, 1.1, 1.17, 1.3, 1.45, 1.8, 2.2), 0.009),
+    # the AVX2-only machine's calibrations (2 threads; no native bf16)
+    "avx2-float32": CostCurve(sizes, (1, 1.429, 1.502, 1.565, 1.66, 1.731, 1.932, 2.154, 2.665, 3.022), 0.0175),
+    "avx2-bfloat16": CostCurve(sizes, (1, 1.082, 1.572, 2.482, 3.393, 4.282, 6.093, 7.648, 11.029, 14.46), 0.0102),
 }
-curve = curves[a.dtype]
+curve = curves[a.curve or a.dtype]
+paid = [0.0, 0.0]  # tokens, cost: every step the controller recorded
+_record = ShapeController.record
+
+
+def record(self, shape, accepted, fed):
+    paid[0] += accepted
+    paid[1] += self.costs(fed) + (self.overhead if shape != PLAIN else 0.0)
+    return _record(self, shape, accepted, fed)
+
+
+ShapeController.record = record
 fields = {}
 for s in a.set:
     k, v = s.split("=")
     fields[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
 cfg = lookahead.LookaheadConfig(**fields)
-chosen = P.load_prompts("humaneval", tok, a.limit)
+chosen = P.load_prompts(a.prompts, tok, a.limit)
 tot = lookahead.LookaheadStats()
 bad = 0
 t0 = time.time()
@@ -48,7 +71,7 @@ for i, p in enumerate(chosen):
     ids = torch.tensor([P.encode(p, tok, 1024 - a.tokens)])
     kw = dict(max_new_tokens=a.tokens, attention_mask=torch.ones_like(ids), pad_token_id=tok.pad_token_id)
     if a.sample:
-        kw.update(do_sample=True, temperature=a.temperature, top_p=0.95)
+        kw.update(do_sample=True, temperature=a.temperature, top_p=a.top_p)
     torch.manual_seed(i)
     with torch.no_grad():
         out = lookahead.generate(model, ids, lookahead_config=cfg, lookahead_stats=tot, lookahead_costs=curve, **kw)
@@ -63,7 +86,9 @@ print(
             "set": a.set,
             "dtype": a.dtype,
             "sample": a.sample,
+            "curve": a.curve or a.dtype,
             "tpf": round(tot.tokens_per_forward, 4),
+            "modeled_speedup": round(paid[0] / paid[1], 4) if paid[1] else None,
             "new": tot.new_tokens,
             "fwd": tot.forwards,
             "sources": tot.source_tokens,
