@@ -110,7 +110,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "overhead_share": max(1.0 - forward_s / wall, 0.0) if wall else None,
         "mismatches": len(mismatched) if checked else None,
         "ties": len(ties) if checked else None,  # of the mismatches, rounding ties (sampling: flips)
-        # extra: of the sampled flips, those at a top-k/top-p/min-p boundary
+        # extra: of the sampled flips, those at a support boundary (top-k, top-p, min-p, typical-p, epsilon, eta)
         "boundary_flips": sum((r.flip or {}).get("kind") == "boundary" for r in ties) if checked else None,
         # extra keys (documented, not part of the stable set)
         "prompts": len(rows),
@@ -311,7 +311,8 @@ def mismatch_lines(doc: dict) -> list[str]:
                 edge = s.get("boundary_flips") or 0
                 lines.append(
                     f"  every one a rounding flip ({s['mismatches'] - edge} of the seeded race, {edge} at a "
-                    f"top-k/top-p/min-p boundary): within what {doc['config'].get('dtype', 'its dtype')} rounding "
+                    "support boundary (top-k, top-p, min-p, typical-p, epsilon, eta)): within what "
+                    f"{doc['config'].get('dtype', 'its dtype')} rounding "
                     "reaches, which any change of forward shapes may break"
                 )
             elif s.get("ties") == s["mismatches"]:

@@ -44,7 +44,7 @@ class Record:
     # rounding steps is a tie that any change of shapes may break
     tie_margin: float | None = None
     # sampling: lookahead.verify.race's verdict there (Verdict.as_dict): a rounding flip of the
-    # race, one at a top-k/top-p/min-p boundary, or a bug
+    # race, one at a support boundary (top-k, top-p, min-p, typical-p, epsilon, eta), or a bug
     flip: dict | None = None
     checked: bool = True  # compared with the baseline (sampling: only seed-exact methods are)
 

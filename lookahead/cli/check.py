@@ -22,7 +22,7 @@ examples:
 A mismatch is shrunk to a minimal example and printed with the first differing position and
 plain decoding's top-2 score margin there (a tiny margin in bfloat16 is a rounding near-tie);
 with --sample, the two tokens' gap in the seeded sampling race and the verdict: a rounding flip
-of the race, one at a top-k/top-p/min-p boundary, or likely a bug.
+of the race, one at a support boundary (top-k, top-p, min-p, typical-p, epsilon, eta), or likely a bug.
 {EXIT_CODES} (in bfloat16/float16 a mismatch exits 1 only with --strict)"""
 
 

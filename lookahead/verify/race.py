@@ -3,8 +3,9 @@
 Under one seed, lookahead's sampled tokens are ``generate``'s (``lookahead.verify.noise``), except
 where rounding of a many-token forward moves a token across a near-tie: at the first differing
 token, ``generate`` and lookahead both ran the race ``log p(x) - log q_x`` with the same ``q``
-(block t of the seeded stream) over their own support (what top-k, top-p and min-p left), so
-each winner must be explained by rounding of the same scores. Two ways can do that:
+(block t of the seeded stream) over their own support (what top-k, top-p, min-p, typical-p,
+epsilon and eta left), so each winner must be explained by rounding of the same scores. Two
+ways can do that:
 
 - a flip of the race: both tokens inside the support, their race values within rounding;
 - a flip at a boundary: a token within rounding of the edge of the support (``verify.boundary``)
@@ -119,8 +120,8 @@ class Verdict:
     the two tokens' race gap over ``generate``'s support, ``inf`` when one is outside (what
     ``gap`` returns). ``tolerance``: the widest gap rounding reaches here (nats).
     ``token``, ``edge``, ``edge_gap``: the token that crossed an edge (or that nothing explains),
-    the edge (``"top-p"``, ``"top-k"``, ``"min-p"``) and the rounding gap that moves it across
-    (``inf``: none does); ``shortfall``: how far the explained token's race value falls short of
+    the edge (``boundary.NAMES``: ``"top-k"``, ..., ``"eta"``) and the rounding gap that moves it
+    across (``inf``: none does); ``shortfall``: how far the explained token's race value falls short of
     the best one it had to beat, the edge crossed (negative: it wins outright; ``-inf``: no rival
     is left; ``inf``: it stays outside). ``reason``: one line.
     """
@@ -179,7 +180,7 @@ def verdict(
     Args:
         input_ids: the row's tokens before the position, ``[1, n]`` (what the processors see).
         scores: the model's logits there, ``[V]``, before any processor (rounding is judged on
-            what the first top-k, top-p or min-p warper sees: after temperature and penalties).
+            what the first truncating warper sees: after temperature and penalties).
         processors: the ``LogitsProcessorList`` generate ran (``generate_processors``,
             ``warpers``), or ``None``.
         tokens: ``(generate's token, lookahead's token)``.
@@ -233,15 +234,17 @@ def verdict(
 
 def _explain(x, input_ids, scores, processors, inside, values, tol) -> _Why:
     """Whether ``x`` can win the race under rounding within ``tol`` (see ``verdict``)."""
+    members = inside.clone()
     if inside[x]:
         gap_in, edge = 0.0, -1
     else:
-        gap_in, edge = boundary.crossing(input_ids, scores, processors, x, inside=False)
+        found = boundary.cross(input_ids, scores, processors, x, inside=False)
+        gap_in, edge = found.gap, found.decider
         if gap_in > tol:
             return _Why(False, math.inf, x, edge, gap_in)
-    # no other token need come in with x: top-k, top-p and min-p keep top sets, so those above x
-    # are inside already (a token a processor cut outside them is cut for x's race too)
-    members = inside.clone()
+        # the tokens let in with x race it too: none for a top set (those above x are inside
+        # already), but typical-p's and eta's edges move for others as well
+        members |= torch.isfinite(boundary.run_chain(input_ids, found.scores, processors)[0])
     members[x] = False
     rivals = torch.where(members, values, -math.inf)
     beaters = [int(t) for t in torch.argsort(rivals, descending=True)[: MAX_CUTS + 1] if rivals[t] > values[x] + tol]
@@ -260,17 +263,17 @@ def _explain(x, input_ids, scores, processors, inside, values, tol) -> _Why:
 
 def _cut(x, beaters, input_ids, scores, processors, tol) -> tuple[int, int, float] | None:
     """``(token, processor index, gap)`` of one cut within ``tol`` that takes every token in
-    ``beaters`` out of the support and keeps ``x`` in, or ``None``. Supports are top sets, so the
-    cut of the highest-scoring beater is the one to try: it takes those below it along."""
+    ``beaters`` out of the support and keeps ``x`` in, or ``None``. The cut tried is that of the
+    highest-scoring beater: in a top set it takes those below it along; elsewhere (typical-p) it
+    must be seen to, at the shift that cuts it."""
     top = max(beaters, key=lambda t: float(scores[t]))
-    gap_out, edge = boundary.crossing(input_ids, scores, processors, top, inside=True, keep=x)
-    if gap_out > tol:
+    found = boundary.cross(input_ids, scores, processors, top, inside=True, keep=x)
+    if found.gap > tol:
         return None
-    moved = boundary.shifted(scores.double(), top, gap_out / 2, let_in=False)
-    out, _ = boundary.run_chain(input_ids, moved, processors)
+    out, _ = boundary.run_chain(input_ids, found.scores, processors)
     if bool(torch.isfinite(out[beaters]).any()):
         return None
-    return top, edge, gap_out
+    return top, found.decider, found.gap
 
 
 def _measure(context, why: _Why) -> str:

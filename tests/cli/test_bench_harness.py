@@ -184,7 +184,10 @@ def test_sampled_flips_are_told_apart_from_bugs_by_the_verdict():
     assert doc["prompts"][1]["flip"] == boundary
     lines = report.mismatch_lines(doc)
     assert "a@3 (top-p boundary flip: token 201 8.9e-02 from its edge <= 1.3e+00)" in lines[0]
-    assert "logit gap" not in lines[0] and "1 at a top-k/top-p/min-p boundary" in lines[1]
+    assert (
+        "logit gap" not in lines[0]
+        and "1 at a support boundary (top-k, top-p, min-p, typical-p, epsilon, eta)" in lines[1]
+    )
     assert lines[2] == "  a@3: a rounding flip at the top-p boundary: ..."
     records[3].first_mismatch, records[3].tie_margin, records[3].flip = 5, float("inf"), bug
     doc = report.document(config, records, ["greedy", "fast"], "greedy", exactness=True)

@@ -1,10 +1,10 @@
 """The verdict on a seeded sample that parts from ``generate``'s, on hand-made scores.
 
 Each case builds scores where the answer is known in closed form: a token a given gap outside
-(or inside) the edge of top-k, top-p or min-p, and replayed noise that makes it the race's
-winner once across (or not). At the tolerance (``race.tolerance``) times ``1 - 1e-3`` a flip is
-a rounding flip at that boundary, at ``1 + 1e-3`` it is a bug; far away it is a bug; both
-tokens inside keep the old race-gap rule.
+(or inside) the edge of top-k, top-p or min-p (epsilon, eta and typical-p: test_race_edges.py),
+and replayed noise that makes it the race's winner once across (or not). At the tolerance
+(``race.tolerance``) times ``1 - 1e-3`` a flip is a rounding flip at that boundary, at
+``1 + 1e-3`` it is a bug; far away it is a bug; both tokens inside keep the old race-gap rule.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from race_cases import EDGE, IDS, INSIDE, OUTSIDE, WIN, judge, noise, tol
 from transformers import (
     LogitsProcessorList,
     MinPLogitsWarper,
@@ -25,29 +26,6 @@ from transformers import (
 )
 
 from lookahead.verify import boundary, race
-
-IDS = torch.tensor([[5, 6, 7]])
-WIN = -30.0  # log q of a token the noise favours: once in the support it wins the race
-INSIDE, EDGE, OUTSIDE = 1 - 1e-3, 1 + 1e-3, 10.0  # multiples of the tolerance
-
-
-def noise(v: int, **favoured: float) -> torch.Tensor:
-    """``log q`` (``[v]``): 0 (q = 1) except the tokens named ``t<id>``, set to their value."""
-    out = torch.zeros(v, dtype=torch.float64)
-    for name, value in favoured.items():
-        out[int(name[1:])] = value
-    return out
-
-
-def judge(scores, processors, tokens, log_noise, dtype="bfloat16") -> race.Verdict:
-    processors = None if processors is None else LogitsProcessorList(processors)
-    return race.verdict(IDS, scores, processors, tokens, log_noise, dtype)
-
-
-def tol(scores, dtype="bfloat16", temperature: float = 1.0) -> float:
-    """The verdict's tolerance for these (raw) scores: scale = the largest processed |score|."""
-    return race.tolerance(dtype, float((scores / temperature).abs().max()))
-
 
 # -- top-k: token 3 sits ``gap`` below the k-th largest of the others (2.0), k = 3
 
