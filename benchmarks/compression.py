@@ -42,9 +42,9 @@ sizes = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 curves = {
     "float32": CostCurve(sizes, (1, 1.43, 1.49, 1.64, 1.81, 1.86, 2.1, 2.45, 3.0, 3.6), 0.011),
     "bfloat16": CostCurve(sizes, (1, 1.0, 1.0, 1.03, 1.1, 1.17, 1.3, 1.45, 1.8, 2.2), 0.009),
-    # the AVX2-only machine's calibrations (2 threads; no native bf16)
-    "avx2-float32": CostCurve(sizes, (1, 1.429, 1.502, 1.565, 1.66, 1.731, 1.932, 2.154, 2.665, 3.022), 0.0175),
-    "avx2-bfloat16": CostCurve(sizes, (1, 1.082, 1.572, 2.482, 3.393, 4.282, 6.093, 7.648, 11.029, 14.46), 0.0102),
+    # the AVX2-only machine's calibrations, idle (2 threads; no native bf16)
+    "avx2-float32": CostCurve(sizes, (1, 1.355, 1.529, 1.529, 1.529, 1.577, 1.757, 1.976, 2.387, 2.77), 0.0082),
+    "avx2-bfloat16": CostCurve(sizes, (1, 1.179, 1.71, 2.801, 3.888, 4.992, 7.132, 9.32, 13.657, 17.904), 0.0057),
 }
 curve = curves[a.curve or a.dtype]
 paid = [0.0, 0.0]  # tokens, cost: every step the controller recorded
