@@ -203,8 +203,9 @@ class ShapeController:
         the chances hold as learnt. Under seeded sampling they are learnt within the call,
         which only a budget consulted every step does (isolated tries never teach it); that
         pays where one guessed node costs less than a guess's chance of holding
-        (``GUESS_HIT_SHARE x ceiling``): on a flat curve (bf16 here: a second token costs 0.08
-        of a forward more), not on a steep one (fp32 here: 0.43)."""
+        (``GUESS_HIT_SHARE x ceiling``): on a flat curve (a GPU's), not on this project's CPU,
+        where a second token costs 0.35 of a forward more in fp32 and 0.18 in bf16 (at
+        T=0.7 the ceiling is about 0.5)."""
         return ceiling == 1.0 or self.costs(2) - 1.0 + self.overhead < GUESS_HIT_SHARE * ceiling
 
     def _expected_waste(self, shape: str) -> float:
