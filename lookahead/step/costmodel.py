@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXTS = (64, 256)  # past lengths the steps are timed after (a short and a longer text)
 REPEATS = 7
 WARMUP_ROUNDS = 3  # untimed rounds first: a cold process times wide steps too cheap
+BUSY_CORES = 0.5  # other processes' CPU use during a calibration (in cores) above which it is not kept
 _MEMO: dict[str, CostCurve] = {}
 
 
@@ -259,10 +261,50 @@ def cost_curve(model, cache_dir: Path | str | None = None, rows: int = 1) -> Cos
     if memo not in _MEMO:
         curve = _load(path, key)
         if curve is None:
-            curve = calibrate(model, rows=rows)
-            _save(path, key, curve)
+            with Neighbours() as others:
+                curve = calibrate(model, rows=rows)
+            if others.cores <= BUSY_CORES:
+                _save(path, key, curve)
+            else:  # a busy machine's curve would price every later process's steps wrong
+                print(
+                    f"lookahead: other processes used {others.cores:.1f} CPU cores while the cost curve "
+                    "was timed; it prices this process's steps only and is not kept",
+                    file=sys.stderr,
+                )
         _MEMO[memo] = curve
     return _MEMO[memo]
+
+
+class Neighbours:
+    """What other processes took of the CPU while the block ran: ``cores``, the machine's busy
+    time less this process's, per second of wall time (Linux ``/proc/stat``; 0.0 elsewhere).
+    A calibration is timed on whatever else runs, and a curve timed beside a busy neighbour
+    (a one-token forward twice as slow, relative costs off by a tenth) would be kept for good."""
+
+    cores = 0.0
+
+    def __enter__(self) -> Neighbours:
+        self._start = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = self._sample()
+        if self._start is not None and end is not None:
+            wall = end[0] - self._start[0]
+            others = (end[1] - self._start[1]) - (end[2] - self._start[2])
+            self.cores = max(others / wall, 0.0) if wall > 0 else 0.0
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        """(wall s, the machine's busy CPU s, this process's CPU s), or None without /proc/stat."""
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+        mine = os.times()
+        return time.perf_counter(), (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), mine.user + mine.system
 
 
 def _agreed_curve(model, path: Path, memo: str, key: str, rows: int = 1) -> CostCurve:

@@ -69,3 +69,25 @@ def test_a_batch_has_its_own_curve(tmp_path, monkeypatch):
     stored = json.loads((tmp_path / "costs.json").read_text())
     assert set(stored) == {costmodel.curve_key(model), costmodel.curve_key(model, 4)}
     assert single.sizes == batch.sizes == (1, 2, 4)
+
+
+def test_a_curve_timed_beside_a_busy_neighbour_is_used_but_not_kept(tmp_path, capsys):
+    """A process spinning on a core while the curve is timed: the curve prices this process's
+    steps and is not written (a later process measures again); timed alone it is kept."""
+    import subprocess
+    import sys
+    import time
+
+    model = tiny_model("llama", "sdpa")
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        curve = cost_curve(model, cache_dir=tmp_path / "busy")
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert curve.costs[0] == 1.0 and curve.unit_s > 0
+    assert not (tmp_path / "busy" / "costs.json").exists()
+    assert "not kept" in capsys.readouterr().err
+    cost_curve(model, cache_dir=tmp_path / "idle")
+    assert costmodel.curve_key(model) in json.loads((tmp_path / "idle" / "costs.json").read_text())
