@@ -7,6 +7,7 @@ import statistics
 from collections import Counter
 
 from lookahead.bench.runner import TIE_MARGIN, Record
+from lookahead.verify.race import is_flip
 
 SCHEMA_VERSION = 1
 # The stable keys other tools read; docs/bench.md documents them. Extra keys may follow them.
@@ -332,7 +333,7 @@ def only_ties(doc: dict) -> bool:
 def _is_tie(record: Record) -> bool:
     """A mismatch that rounding explains: sampled, by the verdict; greedy, by the logit gap."""
     if record.flip is not None:
-        return record.flip["kind"] != "bug"
+        return is_flip(record.flip)
     return record.tie_margin is not None and record.tie_margin < TIE_MARGIN
 
 

@@ -18,7 +18,7 @@ from lookahead.checking.exactness import first_difference, full_precision
 from lookahead.checking.request import Request
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.drafts.suffix import SuffixIndex
-from lookahead.verify.race import race_verdict
+from lookahead.verify.race import is_flip, race_verdict
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing
@@ -175,8 +175,7 @@ def exit_status(outcome: Outcome, settings: Settings, dtype: torch.dtype) -> int
     """1 when a comparison in float32/float64 found different token ids (seeded sampling too,
     unless it is a rounding flip, of the race or at a boundary), else 0."""
     c = outcome.compare
-    flip = c is not None and (c.get("flip") or {}).get("kind") in ("race", "boundary")
-    if c is not None and not c["identical"] and not flip and full_precision(dtype):
+    if c is not None and not c["identical"] and not is_flip(c.get("flip")) and full_precision(dtype):
         return EXIT_MISMATCH
     return EXIT_OK
 
@@ -197,7 +196,7 @@ def compare_line(outcome: Outcome, sample: bool) -> str:
     c = outcome.compare
     if c["identical"]:
         same = "token ids identical"
-    elif sample and c.get("flip") and c["flip"]["kind"] != "bug":
+    elif sample and is_flip(c.get("flip")):
         same = f"token ids differ from new token {c['first_difference']}, {c['flip']['reason']}"
     else:
         same = f"token ids DIFFER from new token {c['first_difference']}"

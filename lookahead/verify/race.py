@@ -155,6 +155,11 @@ class Verdict:
         }
 
 
+def is_flip(judged: dict | None) -> bool:
+    """:attr:`Verdict.flip` of a verdict in its JSON form (``Verdict.as_dict``); False for none."""
+    return judged is not None and judged["kind"] != "bug"
+
+
 @dataclass
 class _Why:
     """How one token is explained as the race's winner: ``ok``, and the edge crossed on the way."""
