@@ -125,12 +125,13 @@ class ShapeController:
         self.alpha = alpha
         # each row of a batch plans and walks its own guesses
         self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S * rows)
+        self._guess_price = self.costs(2) - 1.0 + self.overhead  # one guessed node beyond a plain step
         # tried first in this order; with the draft shape, it first and once
         competing = (DRAFT, FULL) if draft else (FULL, LEAN)
         self.guessing = tuple(shape for shape in competing if full or not adaptive or shape != FULL)
         self._first_tries = 1 if draft else 2
         # the window, dearest by far, waits for its first exploration when a cheaper shape competes
-        self._tried_first = tuple(shape for shape in ((DRAFT,) if draft else (FULL, LEAN)) if shape in self.guessing)
+        self._tried_first = (DRAFT,) if draft else self.guessing
         self.shapes = self.guessing + (PLAIN,)
         self._tokens = {shape: _Average(prior_tokens, 1.0) for shape in self.guessing}
         self._fed = {shape: _Average() for shape in self.guessing}
@@ -206,7 +207,7 @@ class ShapeController:
         (``GUESS_HIT_SHARE x ceiling``): on a flat curve (a GPU's), not on this project's CPU,
         where a second token costs 0.35 of a forward more in fp32 and 0.18 in bf16 (at
         T=0.7 the ceiling is about 0.5)."""
-        return ceiling == 1.0 or self.costs(2) - 1.0 + self.overhead < GUESS_HIT_SHARE * ceiling
+        return ceiling == 1.0 or self._guess_price < GUESS_HIT_SHARE * ceiling
 
     def _expected_waste(self, shape: str) -> float:
         """What a try of ``shape`` wastes by its averages (0 before it fed anything)."""
