@@ -53,9 +53,11 @@ class LookaheadConfig:
             token it was fed are kept per token (a ``vocab x k`` table), and each step
             proposes k rows of ``ngram - 1`` tokens grown from the last token by following
             them. They cost no extra forward work to gather, only a top-k over the vocabulary
-            each step; the draft budget feeds their nodes where they hold often enough
-            (measured on the embedded model: 2 rows lift HumanEval from 2.18 to 2.38 tokens
-            per forward, 4 rows to 2.45 but cost more than they give). 0 = off.
+            each step; the draft budget feeds their nodes where they hold often enough, the
+            first row (the likeliest chain) learning apart from the others. Under seeded
+            sampling the first row follows the stored successors that win each position's
+            race with its known noise. 0 = off. The default is measured in
+            docs/benchmarks.md ("Recycled successors").
         adaptive: choose each step between the full shape (with the window) and the draft
             budget's choice of nodes from the other sources (a lean shape of all of them where
             there is no copy guess, hence no budget) or plain decoding, by the tokens each has
@@ -79,7 +81,7 @@ class LookaheadConfig:
     copy_length: int = 16
     copy_match: int = 16
     copy_min_prob: float = 0.1
-    successors: int = 2
+    successors: int = 4
     adaptive: bool = True
     static_buckets: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
     on_unsupported: str = "error"

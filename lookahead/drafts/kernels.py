@@ -185,35 +185,77 @@ def pool_insert_text(keys, stamps, counts, conts, clock, tokens, start, n, pairs
 
 
 @njit(cache=True)
-def successors_update(table, tokens, top):
-    """Recycle a forward's predictions: ``table[tokens[i]] = top[i]`` for each row i.
+def successors_update(table, scores, tokens, top, top_scores):
+    """Recycle a forward's predictions: ``table[tokens[i]] = top[i]`` and
+    ``scores[tokens[i]] = top_scores[i]`` for each row i.
 
     ``table`` int32 ``[V, K]`` holds, per token, the K most likely next tokens the model
-    predicted the last time that token was fed; ``top`` int64 ``[q, K]``."""
+    predicted the last time that token was fed, and ``scores`` float32 ``[V, K]`` their
+    logits; ``top`` int64 and ``top_scores`` float32 ``[q, K]``."""
     for i in range(tokens.shape[0]):
         t = tokens[i]
         if 0 <= t < table.shape[0]:
             for j in range(table.shape[1]):
                 table[t, j] = top[i, j]
+                scores[t, j] = top_scores[i, j]
+
+
+@njit(cache=True, inline="always")
+def _successor(table, scores, token, noise, depth, inv_temp):
+    """The stored successor of ``token`` a guess at ``depth`` follows: the first, or where
+    ``noise`` has a row for that depth, the winner of the race ``argmax(score / T - log q)``
+    over the stored ones (-1 where ``token`` has none)."""
+    if token < 0 or token >= table.shape[0]:
+        return -1
+    if depth >= noise.shape[0]:
+        return table[token, 0]
+    best, best_score = -1, -np.inf
+    for j in range(table.shape[1]):
+        t = table[token, j]
+        if t >= 0:
+            s = scores[token, j] * inv_temp - np.log(noise[depth, t])
+            if best < 0 or s > best_score:
+                best, best_score = t, s
+    return best
 
 
 @njit(cache=True)
-def successor_rows(table, root, rows, length, out):
-    """Guesses from the successor table: row r starts with the root's r-th successor and
-    follows first successors from there, ``length`` tokens at most (-1 pads a row that ran
-    into an unknown token). Returns the rows filled (those whose first token is known)."""
-    filled = 0
-    if root < 0 or root >= table.shape[0]:
+def successor_rows(table, scores, root, rows, length, noise, inv_temp, out):
+    """Guesses from the successor table, ``length`` tokens at most per row (-1 pads a row that
+    ran into an unknown token). Row 0 follows the successor each position picks (see
+    :func:`_successor`): the first ones under greedy decoding (``noise`` ``[0, V]``), and under
+    seeded sampling the stored successor that wins the race with the known noise of that
+    position (float32 ``[m, V]``, row d for the d-th token from now; past its m rows, the first
+    ones). Rows 1.. start with the root's other stored successors, best first, and go on as
+    row 0 does. Returns the rows filled.
+
+    Worked example (K = 2, length 3, greedy; ``table[5] = [7, 8]``, ``table[7] = [9, 4]``,
+    ``table[8] = [3, 1]``, 9 and 3 never fed)::
+
+        row 0   7 9 -1      (7 is 5's first successor, 9 is 7's)
+        row 1   8 3 -1      (5's second, then first successors)
+
+    Sampling, where the known noise makes 8 win among 5's pair at depth 0, 4 among 7's at
+    depth 1 and 3 among 8's::
+
+        row 0   8 3 -1
+        row 1   7 4 -1
+    """
+    first = _successor(table, scores, root, noise, 0, inv_temp)
+    if first < 0:
         return 0
-    for r in range(min(rows, table.shape[1])):
-        cur = table[root, r]
-        if cur < 0:
+    filled = 0
+    for r in range(-1, table.shape[1]):
+        if filled >= rows:
+            break
+        cur = first if r < 0 else table[root, r]
+        if r >= 0 and (cur < 0 or cur == first):
             continue
         for j in range(length):
             out[filled, j] = -1
         for j in range(length):
             out[filled, j] = cur
-            cur = table[cur, 0]
+            cur = _successor(table, scores, cur, noise, j + 1, inv_temp)
             if cur < 0:
                 break
         filled += 1

@@ -35,7 +35,8 @@ _NO_CHAIN = np.zeros(0, dtype=np.int64)
 # (source, prior of a row's first token, of its later ones): a little above what rows held
 # alone, so a fresh request still tries them (docs/benchmarks.md, POOL_SOURCES)
 POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
-SUCCESSOR_SOURCE = (("successors", 0.3, 0.6),)
+# the successors' first row (the likeliest chain, or the noise's race winners) and the others
+SUCCESSOR_SOURCE = (("successors", 0.3, 0.6), ("successors", 0.1, 0.5))
 # the window's free Jacobi iteration: right after one wrong token the model's next prediction
 # held 23% of the time on the embedded model (docs/benchmarks.md, WINDOW_SOURCE)
 WINDOW_SOURCE = (("window", 0.25, 0.5),)
@@ -191,7 +192,8 @@ class Proposer:
             self.stats.pool_hits += int(pooled.shape[0] > 0)
             parts += [("pool", pooled[:paired]), ("pool", pooled[paired:])]
         if self.successors is not None:
-            parts.append(("successors", self.successors.guesses(seq.tokens[-1])))
+            recycled = self.successors.guesses(seq.tokens[-1], *self._race())
+            parts += [("successors", recycled[:1]), ("successors", recycled[1:])]
         if self.budget is not None:
             self.budget.scale_priors(self.rule.ceiling)
             rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
@@ -201,6 +203,15 @@ class Proposer:
         parts = [(name, rows) for name, rows in parts if rows.size]
         origins = tuple(name for name, rows in parts for _ in range(rows.shape[0]))
         return _stack_rows([rows for _, rows in parts]), origins
+
+    def _race(self) -> tuple[np.ndarray | None, float]:
+        """What the successors' race reads under seeded sampling: the known noise of the next
+        tokens (float32 ``[m, V]``) and the temperature; ``(None, 1.0)`` under greedy."""
+        ahead = getattr(self.rule, "noise_ahead", None)
+        if ahead is None:
+            return None, 1.0
+        noise = ahead(self.successors.length)
+        return (noise.numpy() if noise is not None else None), self.rule.temperature
 
     def _advance_window(self, preds: torch.Tensor, accepted: int, root: int) -> None:
         """The newest level's predictions (rows of the host argmax ``preds`` ``[q]``) become a

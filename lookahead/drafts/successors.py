@@ -2,9 +2,12 @@
 
 Each step computes logits at every node it fed. Their top-k are the model's own guesses of
 what follows that node's token, which is what the Jacobi window buys with extra tokens. The
-table keeps, per vocabulary entry, the top-k from the last time that token was fed (as in
-Token Recycling); a lookup grows guesses from the last accepted token by following first
-successors. Memory is fixed: ``vocab x k`` int32.
+table keeps, per vocabulary entry, the top-k and their logits from the last time that token
+was fed (as in Token Recycling); a lookup grows guesses from the last accepted token by
+following successors: the first ones under greedy decoding, and under seeded sampling the one
+that wins each future position's race with its known noise (``verify.noise``), the token the
+seeded sample there is if the model's distribution is what it was. Memory is fixed:
+``vocab x k`` int32 and float32.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import numpy as np
 import torch
 
 from lookahead.drafts import kernels
+
+_NO_NOISE = np.zeros((0, 1), dtype=np.float32)
 
 
 class SuccessorTable:
@@ -28,19 +33,27 @@ class SuccessorTable:
         self.k = k
         self.length = length
         self._table = np.full((vocab, k), -1, dtype=np.int32)
+        self._scores = np.zeros((vocab, k), dtype=np.float32)
         self._out = np.full((k, length), -1, dtype=np.int64)
 
     def update(self, fed: torch.Tensor, logits: torch.Tensor) -> None:
         """Recycle one forward: ``fed`` long ``[q]`` tokens, ``logits`` ``[q, V]`` after them."""
-        top = logits.topk(self.k, dim=-1).indices
-        self.record(fed.cpu().numpy(), top.cpu().numpy())
+        top = logits.float().topk(self.k, dim=-1)
+        self.record(fed.cpu().numpy(), top.indices.cpu().numpy(), top.values.cpu().numpy())
 
-    def record(self, fed: np.ndarray, top: np.ndarray) -> None:
-        """Keep ``top`` (int64 ``[q, >= k]``, best first) as the successors of ``fed`` ``[q]``."""
-        kernels.successors_update(self._table, fed, top)
+    def record(self, fed: np.ndarray, top: np.ndarray, scores: np.ndarray) -> None:
+        """Keep ``top`` (int64 ``[q, >= k]``, best first) and their logits ``scores`` (float32,
+        alike) as the successors of ``fed`` ``[q]``."""
+        kernels.successors_update(self._table, self._scores, fed, top, scores)
 
-    def guesses(self, root: int) -> np.ndarray:
+    def guesses(self, root: int, noise: np.ndarray | None = None, temperature: float = 1.0) -> np.ndarray:
         """int64 ``[r, length]`` rows following ``root`` (-1 pads); a view, valid until the
-        next call."""
-        n = kernels.successor_rows(self._table, root, self.k, self.length, self._out)
+        next call. Under seeded sampling ``noise`` (float32 ``[m, V]``) is the known noise of
+        the next m tokens and ``temperature`` the one the race divides the logits by: row 0
+        then follows the stored successors that win those races (see
+        ``kernels.successor_rows``)."""
+        noise = _NO_NOISE if noise is None else noise
+        n = kernels.successor_rows(
+            self._table, self._scores, root, self.k, self.length, noise, 1.0 / temperature, self._out
+        )
         return self._out[:n]

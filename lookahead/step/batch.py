@@ -211,10 +211,12 @@ class BatchDecoder:
         else:
             logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=positions)
         table = live[0].proposer.successors  # the rows share one
-        preds, top = fetch(logits, table.k if table is not None else 0)  # one transfer for all rows
+        preds, top, scores = fetch(logits, table.k if table is not None else 0)  # one transfer for all rows
         if top is not None:  # what each row fed, not its filler
             for i, (_, tokens) in enumerate(plans):
-                table.record(host_ids[i, : len(tokens)], top[i, : len(tokens)].numpy())
+                table.record(
+                    host_ids[i, : len(tokens)], top[i, : len(tokens)].numpy(), scores[i, : len(tokens)].numpy()
+                )
         accepted = [
             self._accept(row, layout, len(tokens), logits[i], preds[i], shape) if id(row) in active else []
             for i, (row, (layout, tokens)) in enumerate(zip(rows, plans))

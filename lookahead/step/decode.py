@@ -137,9 +137,9 @@ class Decoder:
             logits = self._timed(self.static.forward, step.ids, step.positions, step.mask, past_len)
         else:
             logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=step.positions)
-        preds, top = fetch(logits, proposer.successors.k if proposer.successors is not None else 0)
+        preds, top, scores = fetch(logits, proposer.successors.k if proposer.successors is not None else 0)
         if top is not None:
-            proposer.successors.record(step.host_ids, top.numpy())
+            proposer.successors.record(step.host_ids, top.numpy(), scores.numpy())
         path = proposer.accept(seq, step.tree, logits, preds.tolist())
         accepted = len(path)
         self._record(shape, step, seq.tokens[-accepted:])

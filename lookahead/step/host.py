@@ -41,30 +41,35 @@ def views(*arrays: np.ndarray) -> list[torch.Tensor]:
     return [torch.from_numpy(a) for a in arrays]
 
 
-def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(argmax, top-k or None)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
+def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(argmax, top-k, their logits)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
     tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it; the
     first NaN where a row has one) and, for ``k > 0``, the k best ids long ``[..., k]``, best
-    first. On a device: one transfer (two where the top logit ties) and one top-k pass over
-    the vocabulary. On the CPU numpy reads the logits in place (its argmax is a vector loop,
-    several times faster there than torch's argmax or top-k over one step's rows)."""
+    first, and their logits float32 ``[..., k]`` (both None for ``k = 0``). On a device: one
+    transfer (two where the top logit ties) and one top-k pass over the vocabulary. On the
+    CPU numpy reads the logits in place (its argmax is a vector loop, several times faster
+    there than torch's argmax or top-k over one step's rows), and each rank's hiding saves
+    that rank's logits."""
     return _fetch_host(logits, k) if logits.device.type == "cpu" else _fetch_device(logits, k)
 
 
-def _fetch_device(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fetch_device(logits: torch.Tensor, k: int):
     """``fetch`` for logits on an accelerator: the work there, one copy back."""
     if not k:
-        return logits.argmax(-1).cpu(), None
+        return logits.argmax(-1).cpu(), None, None
     # the top-k's first is the argmax unless the best two tie (or are NaN): then argmax's
     # first maximum may be another id, read in a second transfer (rare: exact ties)
     values, top = logits.topk(max(k, 2), dim=-1)
     tied = ((values[..., 0] == values[..., 1]) | values[..., 0].isnan()).long()
-    host = torch.cat([top, tied[..., None]], dim=-1).cpu()
+    # the logits travel as their float32 bits, so ids, ties and logits are one copy
+    bits = values[..., :k].float().contiguous().view(torch.int32).long()
+    host = torch.cat([top[..., :k], bits, tied[..., None]], dim=-1).cpu()
     preds = host[..., 0] if not host[..., -1].any() else logits.argmax(-1).cpu()
-    return preds, host[..., :k]
+    scores = host[..., k : 2 * k].int().contiguous().view(torch.float32)
+    return preds, host[..., :k].contiguous(), scores
 
 
-def _fetch_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fetch_host(logits: torch.Tensor, k: int):
     """``fetch`` for CPU logits: k argmax passes over the rows, each after hiding the ids
     already taken (written over in place by one kernel call and put back: a copy of the rows
     costs more). Right after a forward every distinct operation runs from cold caches, so
@@ -74,21 +79,21 @@ def _fetch_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
         rows = rows.float()  # numpy has no bfloat16; float32 holds every half value exactly
     values = rows.numpy()
     preds = values.argmax(-1)  # numpy's first maximum, or first NaN: torch.argmax's choice
-    top = None
-    if k:
-        ranked = np.empty((k, values.shape[0]), dtype=np.int64)  # rank-major: each rank's ids contiguous
-        ranked[0] = preds
-        hidden = np.empty((k - 1, values.shape[0]), dtype=values.dtype)
-        for i in range(1, k):
-            kernels.hide_at(values, ranked[i - 1], hidden[i - 1], -np.inf)
+    if not k:
+        return torch.from_numpy(preds.reshape(tuple(logits.shape[:-1]))), None, None
+    ranked = np.empty((k, values.shape[0]), dtype=np.int64)  # rank-major: each rank's ids contiguous
+    ranked[0] = preds
+    hidden = np.empty((k, values.shape[0]), dtype=values.dtype)  # what each rank's hiding saved: its logits
+    for i in range(1, k + 1):
+        kernels.hide_at(values, ranked[i - 1], hidden[i - 1], -np.inf)
+        if i < k:
             ranked[i] = values.argmax(-1)
-        for i in reversed(range(1, k)):
-            kernels.put_back(values, ranked[i - 1], hidden[i - 1])
-        top = np.ascontiguousarray(ranked.T)
-    if logits.dim() != 2:  # the rows' own shape: [q] from a step's [q, V] as it is
-        shape = tuple(logits.shape[:-1])
-        preds, top = preds.reshape(shape), top.reshape(*shape, k) if k else None
-    return torch.from_numpy(preds), torch.from_numpy(top) if k else None
+    for i in reversed(range(k)):
+        kernels.put_back(values, ranked[i], hidden[i])
+    shape = tuple(logits.shape[:-1])  # the rows' own shape: [q] from a step's [q, V] as it is
+    top = np.ascontiguousarray(ranked.T).reshape(*shape, k)
+    scores = np.ascontiguousarray(hidden.T).reshape(*shape, k)
+    return torch.from_numpy(preds.reshape(shape)), torch.from_numpy(top), torch.from_numpy(scores)
 
 
 def wait(logits: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,15 @@ def supported(processors) -> bool:
     return all(type(p).__name__ in _SUPPORTED for p in processors or ())
 
 
+def temperature(processors) -> float:
+    """The temperature ``processors`` divide the scores by (1 without a temperature warper)."""
+    t = 1.0
+    for p in processors or ():
+        if type(p).__name__ == "TemperatureLogitsWarper":
+            t *= p.temperature
+    return t
+
+
 def race_guesses(raw: torch.Tensor, processors, noise: list[torch.Tensor | None]) -> list[int] | None:
     """The token each row's race would emit, or None where ``processors`` are not all
     re-stated here (see the module docstring).

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import torch
 
 from lookahead.drafts.tree import GuessTree
-from lookahead.verify.guess_race import race_guesses
+from lookahead.verify.guess_race import race_guesses, temperature
 from lookahead.verify.noise import NoiseStream
 
 _CEILING_ALPHA = 0.1  # weight of the newest root draw in SamplingRule.ceiling
@@ -108,7 +108,9 @@ class SamplingRule:
         self.row = row  # this rule's row of the noise stream (its batch slot)
         self.emitted = 0  # tokens emitted so far: the noise step of the next one
         self.ceiling = 1.0
+        self.temperature = temperature(processors)  # what a guess's race divides logits by
         self._logits: torch.Tensor | None = None
+        self._like: torch.Tensor | None = None  # a float32 [1, V] row: the noise blocks' shape
 
     def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
         self._logits = logits  # preds unused: every emitted token runs the race
@@ -154,6 +156,23 @@ class SamplingRule:
         probs = torch.softmax(scores, dim=-1)
         rows = [probs[k : k + 1] if q is None else probs[k : k + 1] / q for k, q in enumerate(noise)]
         return [int(row.argmax(-1)) for row in rows]
+
+    def noise_ahead(self, n: int) -> torch.Tensor | None:
+        """The known noise of the next ``n`` tokens this rule emits, float32 ``[m, V]`` on the
+        host, row k for the k-th token from now (m < n where the stream's lead ends; None
+        before the prefill's logits or past the lead). Peeked, not read: the stream and the
+        user's generator stay as they were."""
+        if self._logits is None:
+            return None
+        if self._like is None:
+            self._like = torch.empty((1, self._logits.shape[-1]), dtype=torch.float32, device=self._logits.device)
+        rows = []
+        for k in range(n):
+            row = self.noise.peek(self.row, self.emitted + k, self._like)
+            if row is None:
+                break
+            rows.append(row)
+        return torch.cat(rows).cpu() if rows else None
 
     def release(self) -> None:
         """This rule emits no more tokens."""

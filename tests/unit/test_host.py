@@ -42,11 +42,11 @@ class Reads:
             self.fetches += self._in_step
             inside, self._in_step = self._in_step, False
             try:
-                preds, top = real_fetch(logits, k)
+                preds, top, scores = real_fetch(logits, k)
             finally:
                 self._in_step = inside
-            self._host.update(t.untyped_storage().data_ptr() for t in (preds, top) if t is not None)
-            return preds, top
+            self._host.update(t.untyped_storage().data_ptr() for t in (preds, top, scores) if t is not None)
+            return preds, top, scores
 
         def counted_upload(real):  # what goes up counts once, and is not itself a read
             def send(*args):
@@ -187,20 +187,22 @@ def test_fetch_is_argmax_and_topk_even_where_the_top_logits_tie(rows, vocab, k, 
     """Both ways of ``fetch`` (numpy in place on the CPU, top-k and a transfer on a device)
     give ``argmax`` itself: the first maximum where the best logits tie, as ``generate``
     takes it, and the first NaN where a row has one; their top-k are the k best ids, best
-    first; the logits are left as they were. Few distinct values make ties common."""
+    first, with their logits as float32; the logits are left as they were. Few distinct
+    values make ties common."""
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randint(0, levels, (rows, vocab), generator=gen).to(dtype)
     if nan:
         logits[0, torch.randint(0, vocab, (2,), generator=gen)] = float("nan")
     before = logits.clone()
     k = min(k, vocab)
-    preds, top = path(logits, k)
+    preds, top, scores = path(logits, k)
     assert torch.equal(logits.isnan(), before.isnan()) and torch.equal(logits.nan_to_num(), before.nan_to_num())
     assert preds.tolist() == logits.argmax(-1).tolist()
     if not k:
-        assert top is None
+        assert top is None and scores is None
         return
-    assert top.shape == (rows, k)
+    assert top.shape == scores.shape == (rows, k) and scores.dtype == torch.float32
     clean = slice(1, None) if nan else slice(None)  # the order of NaNs among the top-k is no contract
     best = logits[clean].topk(k, dim=-1).values
     assert torch.equal(logits[clean].gather(-1, top[clean]), best)
+    assert torch.equal(logits.float().gather(-1, top).nan_to_num(), scores.nan_to_num())
