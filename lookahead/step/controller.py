@@ -206,8 +206,11 @@ class ShapeController:
         pays where one guessed node costs less than a guess's chance of holding
         (``GUESS_HIT_SHARE x ceiling``): on a flat curve (a GPU's), not on this project's CPU,
         where a second token costs 0.35 of a forward more in fp32 and 0.18 in bf16 (at
-        T=0.7 the ceiling is about 0.5)."""
-        return ceiling == 1.0 or self._guess_price < GUESS_HIT_SHARE * ceiling
+        T=0.7 the ceiling is about 0.5). And only while the draft shape's steps pay (its rate
+        is plain's at least): a budget that feeds nothing still costs a step's planning."""
+        if ceiling == 1.0:
+            return True
+        return self._guess_price < GUESS_HIT_SHARE * ceiling and self._rates.get(DRAFT, 0.0) >= 1.0
 
     def _expected_waste(self, shape: str) -> float:
         """What a try of ``shape`` wastes by its averages (0 before it fed anything)."""

@@ -201,13 +201,21 @@ def test_seeded_sampling_with_a_budget_never_feeds_the_window_whole():
 def test_the_budget_decides_sampled_steps_only_where_a_guessed_node_is_cheap():
     """Greedy steps always go to the budget; seeded sampling's where a second token costs less
     than ``GUESS_HIT_SHARE`` of the ceiling (bf16 on this project's CPU), not where it costs
-    most of a forward more (fp32 there), nor when the text is nearly flat."""
+    most of a forward more (fp32 there), nor when the text is nearly flat; and only while the
+    draft shape's steps pay: a budget that feeds nothing costs a step's planning."""
     from lookahead.step.controller import GUESS_HIT_SHARE
 
-    flat = ShapeController(CostCurve((1, 2, 8), (1.0, 1.08, 2.5)), draft=True)
-    steep = ShapeController(CostCurve((1, 2, 8), (1.0, 1.43, 1.57)), draft=True)
+    flat = ShapeController(CostCurve((1, 2, 8), (1.0, 1.08, 2.5), 0.008), draft=True)
+    steep = ShapeController(CostCurve((1, 2, 8), (1.0, 1.43, 1.57), 0.008), draft=True)
+    assert flat.overhead > 0
+    assert not flat.budget_decides(0.5)  # the draft shape has not paid yet
+    for controller in (flat, steep):
+        controller.record(DRAFT, 2, 2)
     assert flat.budget_decides(1.0) and steep.budget_decides(1.0)
     assert flat.budget_decides(0.5) and not steep.budget_decides(0.5)
     price = 0.08 + flat.overhead
     assert not flat.budget_decides(0.99 * price / GUESS_HIT_SHARE)
     assert flat.budget_decides(1.01 * price / GUESS_HIT_SHARE)
+    for _ in range(20):  # the budget fed nothing: each step paid the planning for one token
+        flat.record(DRAFT, 1, 1)
+    assert flat.rate(DRAFT) < 1.0 and not flat.budget_decides(0.5) and flat.budget_decides(1.0)
