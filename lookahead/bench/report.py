@@ -30,14 +30,27 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def _speedup(new: int, wall: float, base_new: int, base_wall: float) -> float | None:
+    """This method's tokens per second over the baseline's: its wall time over ours where
+    both made as many tokens, as every exact method does; per token where a rounding flip
+    (bf16 sampling) changed an output's length, so a longer output does not count as slower."""
+    if not (wall and base_wall and new and base_new):
+        return None
+    return (new / wall) / (base_new / base_wall)
+
+
 def per_prompt_speedups(records: list[Record], label: str, baseline: str) -> dict[str, float]:
-    """Baseline wall time over this label's, per prompt id."""
-    base = {r.prompt_id: r.result.wall_s for r in records if r.label == baseline}
-    return {
-        r.prompt_id: base[r.prompt_id] / r.result.wall_s
-        for r in records
-        if r.label == label and r.prompt_id in base and r.result.wall_s > 0
-    }
+    """The baseline's speed over this label's, per prompt id (:func:`_speedup`)."""
+    base = {r.prompt_id: r.result for r in records if r.label == baseline}
+    out = {}
+    for r in records:
+        if r.label == label and r.prompt_id in base:
+            ratio = _speedup(
+                r.result.new_tokens, r.result.wall_s, base[r.prompt_id].new_tokens, base[r.prompt_id].wall_s
+            )
+            if ratio is not None:
+                out[r.prompt_id] = ratio
+    return out
 
 
 def _mean_step_forward_s(records: list[Record], label: str | None) -> float | None:
@@ -92,7 +105,8 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
     forwards = sum(r.forwards for r in rows)
     wall = sum(r.wall_s for r in rows)
     forward_s = sum(r.forward_s for r in rows)
-    base_wall = sum(r.result.wall_s for r in records if r.label == baseline) if baseline else 0.0
+    base_rows = [r.result for r in records if r.label == baseline] if baseline else []
+    base_wall, base_new = sum(r.wall_s for r in base_rows), sum(r.new_tokens for r in base_rows)
     speedups = list(per_prompt_speedups(records, label, baseline).values()) if baseline else []
     known = [r for r in rows if r.steps is not None and r.accepted_steps is not None]
     steps = sum(r.steps for r in known)
@@ -105,7 +119,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         "tokens_per_forward": _ratio(new, forwards),
         "wall_s": wall,
         "tokens_per_s": _ratio(new, wall),
-        "speedup": _ratio(base_wall, wall) if baseline else None,
+        "speedup": _speedup(new, wall, base_new, base_wall) if baseline else None,
         "median_speedup": statistics.median(speedups) if speedups else None,
         "acceptance_rate": _ratio(sum(r.accepted_steps for r in known), steps) if known and steps else None,
         "overhead_share": max(1.0 - forward_s / wall, 0.0) if wall else None,
@@ -140,9 +154,10 @@ def slow_prompts(records: list[Record], label: str) -> list[str]:
     return [pid for pid, s in per_token.items() if s > SLOW * median]
 
 
-def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
+def prompt_entry(record: Record, base: dict) -> dict:
+    """One prompt's JSON entry; ``base`` holds the baseline's result per prompt id."""
     result = record.result
-    base = base_wall.get(record.prompt_id)
+    theirs = base.get(record.prompt_id)
     return {
         "id": record.prompt_id,
         "method": record.label,
@@ -155,7 +170,7 @@ def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
         "flip": record.flip,  # sampling: lookahead.verify.race's verdict at first_mismatch
         "prompt_tokens": record.prompt_tokens,
         "tokens_per_forward": _ratio(result.new_tokens, result.forwards),
-        "speedup": _ratio(base, result.wall_s) if base is not None else None,
+        "speedup": _speedup(result.new_tokens, result.wall_s, theirs.new_tokens, theirs.wall_s) if theirs else None,
         "forward_s": result.forward_s,
         "prefill_s": result.prefill_s,
         "steps": result.steps,
@@ -167,11 +182,11 @@ def prompt_entry(record: Record, base_wall: dict[str, float]) -> dict:
 
 def document(config: dict, records: list[Record], labels: list[str], baseline: str | None, exactness: bool) -> dict:
     """The whole JSON document: ``{"config", "methods", "prompts"}``."""
-    base_wall = {r.prompt_id: r.result.wall_s for r in records if r.label == baseline}
+    base = {r.prompt_id: r.result for r in records if r.label == baseline}
     return {
         "config": {"schema_version": SCHEMA_VERSION, **config},
         "methods": {label: summarize(records, label, baseline, exactness) for label in labels},
-        "prompts": [prompt_entry(r, base_wall) for r in records],
+        "prompts": [prompt_entry(r, base) for r in records],
     }
 
 

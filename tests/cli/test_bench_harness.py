@@ -83,6 +83,21 @@ def _record(pid, label, n, forwards, wall, mismatch=None, steps=None, accepted=N
     return Record(pid, label, 5, result, mismatch)
 
 
+def test_a_flip_that_changes_an_output_s_length_is_compared_per_token():
+    """Where a sampled rounding flip makes one output longer, speed is tokens per second: a
+    method that made 20 tokens in the time greedy made 10 is twice as fast, not as fast."""
+    records = [
+        _record("a", "greedy", 10, 10, 1.0),
+        _record("a", "fast", 20, 20, 1.0, mismatch=4),
+        _record("b", "greedy", 10, 10, 1.0),
+        _record("b", "fast", 10, 5, 0.5),
+    ]
+    doc = report.document({"dtype": "bfloat16"}, records, ["greedy", "fast"], "greedy", exactness=True)
+    assert doc["methods"]["fast"]["speedup"] == pytest.approx((30 / 1.5) / (20 / 2.0))
+    assert [p["speedup"] for p in doc["prompts"] if p["method"] == "fast"] == pytest.approx([2.0, 2.0])
+    assert doc["methods"]["fast"]["median_speedup"] == pytest.approx(2.0)
+
+
 def test_summaries_and_table():
     records = [
         _record("a", "greedy", 10, 10, 1.0, steps=9, accepted=0),
