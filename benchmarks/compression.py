@@ -34,6 +34,7 @@ ap.add_argument("--set", action="append", default=[])
 ap.add_argument("--check", action="store_true")
 ap.add_argument("--curve", default=None, help="a curve name below (default: the dtype's)")
 ap.add_argument("--prompts", default="humaneval")
+ap.add_argument("--keep-pool", action="store_true", help="one pool kept across the prompts (lookahead_pool)")
 a = ap.parse_args()
 torch.set_num_threads(1)
 dtype = getattr(torch, a.dtype)
@@ -63,6 +64,7 @@ for s in a.set:
     k, v = s.split("=")
     fields[k] = int(v) if v.lstrip("-").isdigit() else (v == "true" if v in ("true", "false") else v)
 cfg = lookahead.LookaheadConfig(**fields)
+pool = lookahead.NgramPool(cfg.ngram, cfg.guesses, cfg.pool_capacity, cfg.context_tokens) if a.keep_pool else None
 chosen = P.load_prompts(a.prompts, tok, a.limit)
 tot = lookahead.LookaheadStats()
 bad = 0
@@ -74,7 +76,10 @@ for i, p in enumerate(chosen):
         kw.update(do_sample=True, temperature=a.temperature, top_p=a.top_p)
     torch.manual_seed(i)
     with torch.no_grad():
-        out = lookahead.generate(model, ids, lookahead_config=cfg, lookahead_stats=tot, lookahead_costs=curve, **kw)
+        kept = {"lookahead_pool": pool} if pool is not None else {}
+        out = lookahead.generate(
+            model, ids, lookahead_config=cfg, lookahead_stats=tot, lookahead_costs=curve, **kept, **kw
+        )
         if a.check:
             torch.manual_seed(i)
             ref = model.generate(ids, **kw)
@@ -84,6 +89,7 @@ print(
     json.dumps(
         {
             "set": a.set,
+            "keep_pool": a.keep_pool,
             "dtype": a.dtype,
             "sample": a.sample,
             "curve": a.curve or a.dtype,

@@ -59,7 +59,9 @@ def generate(
             accepted-length histogram, pool hits and timings. With
             ``return_dict_in_generate=True`` the output also carries them.
         lookahead_pool: an ``NgramPool(ngram, guesses)`` to use and keep filling, so that
-            what one request taught helps the next (the default is a fresh pool per call).
+            what one request taught helps the next: its n-grams, finished texts, recycled
+            successors and the draft budget's learnt chances (the default is a fresh pool per
+            call).
         lookahead_costs: a ``CostCurve``: what a forward over k tokens costs relative to one,
             which the adaptive controller weighs guesses against (for a batch of B rows: a
             forward over ``[B, k]`` against one over ``[B, 1]``). Default: measured once per

@@ -55,6 +55,9 @@ CONTEXTS = (1, 3, 7)  # the copy bins' context groups end at these lengths; the 
 CONTEXT_PRIORS = (0.5, 0.65, 0.85, 0.95)
 COPY_BINS = SHARE_BINS * (len(CONTEXTS) + 1)
 RATIO_PRIOR = 4.0  # the copy ratio starts as if this many tokens had held as promised
+# the most observations a bin carries into a later request (``DraftBudget.carry``): enough to
+# start from what held before, few enough that a request unlike the last ones relearns soon
+KEPT_WEIGHT = 32.0
 _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 
 
@@ -216,6 +219,23 @@ class DraftBudget:
         self._arrays = None
         self._chances = np.empty(bins)
         self._update()
+
+    def carry(self, store: dict, key) -> None:
+        """Start from what a budget with the same bins learnt in an earlier request, kept in
+        ``store[key]`` (a kept pool's), each bin's counts scaled down to at most
+        ``KEPT_WEIGHT`` observations; and keep this budget there for the next request."""
+        old = store.get(key)
+        if old is not None and old.fed.shape == self.fed.shape:
+            scale = np.minimum(1.0, KEPT_WEIGHT / np.maximum(old.fed, 1.0))
+            self.fed[:], self.held[:] = old.fed * scale, old.held * scale
+            copies = old.held[:COPY_BINS].sum()
+            # the copy ratio's two sides shrink alike, so it carries over as it was
+            shrink = (
+                self.held[:COPY_BINS].sum() / copies if copies else min(1.0, KEPT_WEIGHT / max(old.promised[0], 1.0))
+            )
+            self.promised[0] = old.promised[0] * shrink
+            self._update()
+        store[key] = self
 
     def _update(self) -> None:
         """Each row bin's chance, from its counts and its prior."""

@@ -56,6 +56,11 @@ class NgramPool:
         self._settled_end = 0  # where the settled part ends in the history (after eviction)
         self._evicted = 0  # tokens evicted since the bulk was built
         self._recent: SuffixIndex | None = None
+        # kept with the pool for later requests, in memory only (``save`` writes n-grams and
+        # history): the recycled successors (``drafts.successors.SuccessorTable``) and what the
+        # draft budget learnt, by rule and bins (``drafts.budget.DraftBudget.carry``)
+        self.successors = None
+        self.budgets: dict = {}
 
     @property
     def history(self) -> np.ndarray:

@@ -20,7 +20,7 @@ from lookahead.drafts.budget import DraftBudget
 from lookahead.drafts.copy_drafter import CopyDrafter
 from lookahead.drafts.jacobi import free_iteration
 from lookahead.drafts.pool import NgramPool
-from lookahead.drafts.successors import SuccessorTable
+from lookahead.drafts.successors import SuccessorTable, kept_table
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.drafts.tree import GuessTree
 from lookahead.drafts.window import JacobiWindow
@@ -91,6 +91,9 @@ class Proposer:
                 sources = WINDOW_SOURCE * (config.window > 0) + POOL_SOURCES * config.uses_pool
                 sources += SUCCESSOR_SOURCE * config.uses_successors
                 self.budget = DraftBudget(config.copy_length, costs, overhead, sources, config.ngram - 1)
+                if pool is not None:  # a kept (or a batch's) pool: start from what earlier requests learnt
+                    sampled = getattr(rule, "noise_ahead", None) is not None
+                    self.budget.carry(self.pool.budgets, (sampled, sources, config.ngram - 1, config.copy_length))
         # the window's guess of the tokens after the root, from the last step's free Jacobi
         # iteration (the budget weighs it with the other sources)
         self.jacobi = _NO_CHAIN
@@ -103,7 +106,8 @@ class Proposer:
         self, prompt: np.ndarray, windows: dict, vocab: int, device, successors: SuccessorTable | None = None
     ) -> None:
         """Start the window, the step masks, the pool and the successor table from the
-        prompt's real tokens (int64 ``[n]``); ``successors`` shares one table between a batch's rows."""
+        prompt's real tokens (int64 ``[n]``); ``successors`` shares one table between a batch's
+        rows, else the pool's is used (a kept pool keeps one for later requests)."""
         cfg = self.config
         self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
         self.step_mask = StepMask(cfg.levels, cfg.window, windows, self.dtype, device)
@@ -113,7 +117,7 @@ class Proposer:
         if successors is not None:
             self.successors = successors
         elif cfg.uses_successors:
-            self.successors = SuccessorTable(vocab, cfg.successors, cfg.ngram - 1)
+            self.successors = kept_table(self.pool, vocab, cfg.successors, cfg.ngram - 1)
 
     def plan(self, seq: TokenSequence, window: JacobiWindow | None, guess: bool):
         """The step's guess tree, its input tokens ``[root | window | draft]`` as a list, the

@@ -20,6 +20,18 @@ from lookahead.drafts import kernels
 _NO_NOISE = np.zeros((0, 1), dtype=np.float32)
 
 
+def kept_table(pool, vocab: int, k: int, length: int) -> SuccessorTable:
+    """The successor table a request uses: the one kept with ``pool`` (an ``NgramPool`` kept
+    between requests, or None) when it has these sizes, else a new one, kept there for the
+    next request. Earlier requests' predictions are guesses like any other: verified."""
+    table = pool.successors if pool is not None else None
+    if table is None or table.shape != (vocab, k, length):
+        table = SuccessorTable(vocab, k, length)
+        if pool is not None:
+            pool.successors = table
+    return table
+
+
 class SuccessorTable:
     """``vocab x k`` table of recycled predictions.
 
@@ -35,6 +47,11 @@ class SuccessorTable:
         self._table = np.full((vocab, k), -1, dtype=np.int32)
         self._scores = np.zeros((vocab, k), dtype=np.float32)
         self._out = np.full((k, length), -1, dtype=np.int64)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(vocab, k, length)``."""
+        return self._table.shape[0], self.k, self.length
 
     def update(self, fed: torch.Tensor, logits: torch.Tensor) -> None:
         """Recycle one forward: ``fed`` long ``[q]`` tokens, ``logits`` ``[q, V]`` after them."""

@@ -35,7 +35,7 @@ from transformers.cache_utils import DynamicCache
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.proposer import Proposer
-from lookahead.drafts.successors import SuccessorTable
+from lookahead.drafts.successors import kept_table
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch_rows import ForcedPad, Row, RowView
@@ -125,7 +125,7 @@ class BatchDecoder:
         cfg = self.config
         successors = None
         if cfg.uses_successors:
-            successors = SuccessorTable(logits.shape[-1], cfg.successors, cfg.ngram - 1)
+            successors = kept_table(self.pool, logits.shape[-1], cfg.successors, cfg.ngram - 1)
         real_mask = self.past_keep.cpu().numpy()
         rows = input_ids.shape[0]
         # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
