@@ -12,6 +12,8 @@
 #    and of a random-weight ~1B Llama in bfloat16, eager DynamicCache.
 # 3. `lookahead bench` eager and `--compile` (static cache, compiled; greedy = compiled
 #    model.generate(cache_implementation="static")) on the embedded model, 20 HumanEval prompts.
+# 4. seeded sampling in bfloat16 (T=0.7, top-p 0.95), with and without the Jacobi window, 10 prompts:
+#    issue 33's targets, set for a flat cost curve, which a GPU's is.
 # Every step writes its output to OUT_DIR; a failing step is reported and the rest still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,4 +57,7 @@ for name, curve in out.items():
 PY
 step bench-eager 150 python -m lookahead bench --device cuda --methods greedy,prompt-lookup,lookahead --json "$OUT_DIR/bench-eager.json"
 step bench-compile 240 python -m lookahead bench --device cuda --compile --methods greedy,lookahead --json "$OUT_DIR/bench-compile.json"
+SAMPLED=(--device cuda --dtype bfloat16 --sample --temperature 0.7 --top-p 0.95 --methods greedy,lookahead --limit 10)
+step bench-sampled-bf16 120 python -m lookahead bench "${SAMPLED[@]}" --json "$OUT_DIR/bench-sampled-bf16.json"
+step bench-sampled-bf16-nowindow 120 python -m lookahead bench "${SAMPLED[@]}" --window 0 --json "$OUT_DIR/bench-sampled-bf16-nowindow.json"
 exit $status
