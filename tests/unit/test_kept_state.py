@@ -20,8 +20,8 @@ COPY = (np.array([40, 41, 60], dtype=np.int64), np.array([-1, 0, -1]), np.array(
 
 
 def _learnt(steps: int) -> DraftBudget:
-    """A budget that saw ``steps`` steps where the pool's pair row held to its third token
-    and nothing else held."""
+    """A budget that saw ``steps`` steps where 40 41 42 was appended: the copy tree's first two
+    nodes and the pool's pair row up to its third token held, nothing else did."""
     plan = DraftBudget(8, CostCurve.linear(0.05), 0.0, POOL, 4)
     for _ in range(steps):
         plan.plan(COPY, ROWS)
@@ -30,6 +30,8 @@ def _learnt(steps: int) -> DraftBudget:
 
 
 def test_a_later_budget_starts_from_the_rates_learnt_at_most_kept_weight_deep():
+    """Each bin's rate carries over as learnt, its weight cut to ``KEPT_WEIGHT``; so the
+    next request feeds what the last one had learnt to feed."""
     old = _learnt(200)
     store = {"k": old}
     new = DraftBudget(8, CostCurve.linear(0.05), 0.0, POOL, 4)
