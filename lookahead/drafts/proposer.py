@@ -235,12 +235,14 @@ class Proposer:
     def _iterate_window(self, seq: TokenSequence, tree: GuessTree, path: list[int], preds: torch.Tensor) -> None:
         """The step's free Jacobi iteration becomes the window's guess of what follows the new
         root (without one, the old guess moves on); a full one is also a trajectory n-gram for
-        the pool, keyed by the root (and the token before it)."""
+        the pool, keyed by the root alone: under the root and the token before it, it would
+        learn in the text's context-pair bins, whose chances it does not have (docs/benchmarks.md,
+        2026-12-03)."""
         guess = free_iteration(tree, path[-1], self._picker(seq, preds), self.config.ngram - 1)
         self.jacobi = guess if guess.size else self.jacobi[len(path) :]
         if self.pool is not None and guess.size == self.config.ngram - 1:
             gram = np.concatenate([seq.tokens[-1:], guess])[None]
-            self.pool.insert(gram, np.array(seq.tokens[-2:-1], dtype=np.int64))
+            self.pool.insert(gram)
 
     def _picker(self, seq: TokenSequence, preds: torch.Tensor):
         """``picks(nodes)``: the tokens the rule would emit at a branch of the step's tree read

@@ -67,3 +67,38 @@ def test_a_guess_is_the_token_the_race_emits_at_that_position():
         for _ in range(ahead):  # emit the tokens before that position
             rule(0, None, [])
         assert rule(1, None, []).token == guess
+
+
+def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
+    """Each full free iteration becomes the trajectory n-gram ``[root, guess...]`` of the pool,
+    keyed by the root alone (its chances are not the text's context pairs'), and the output
+    stays greedy's."""
+    import lookahead
+    from lookahead.drafts import proposer
+
+    from tiny_models import tiny_model
+
+    grams, filed = [], []
+    real = proposer.free_iteration
+
+    def spy(tree, node, picks, depth):
+        guess = real(tree, node, picks, depth)
+        if guess.size == depth:
+            grams.append(guess.tolist())
+        return guess
+
+    class Recording(lookahead.NgramPool):
+        def insert(self, ngrams, before=None):
+            filed.extend((row, before) for row in np.asarray(ngrams).tolist())
+            super().insert(ngrams, before)
+
+    monkeypatch.setattr(proposer, "free_iteration", spy)
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 3])
+    kwargs = dict(max_new_tokens=32, eos_token_id=None, pad_token_id=0)
+    config = lookahead.LookaheadConfig(window=4, ngram=4, context_tokens=2)
+    pool = Recording(config.ngram, config.guesses, context_tokens=2)
+    out = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, **kwargs)
+    assert out.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
+    trajectories = [row[1:] for row, before in filed if before is None]
+    assert grams and trajectories == grams
