@@ -19,8 +19,18 @@ counted at every new position t after the first):
 
 Each rate is hits over all positions (a position where a source has nothing counts as a
 miss), so the rates are the ceilings of one guessed token per source per step; ``any`` is
-the share of positions where at least one source's race winner is the sample, and ``check``
-the race over the true distribution, which must give the sample but for rounding.
+the share of positions where at least one source's race winner is the sample, ``fed`` where
+the sample is anywhere in what the sources hold (every stored successor, every copy
+continuation, the Jacobi race winner and argmax), and ``check`` the race over the true
+distribution, which must give the sample but for rounding.
+
+``oracle_speedup`` turns those hits into the most any decoder drafting from these sources
+could gain on a cost curve (``benchmarks/curves.py``): an oracle that knows which source is
+right feeds exactly the sample's next tokens, one node per position, for as long as a run of
+hits lasts, and splits runs wherever that is cheaper (``oracle_cost``). It pays no step
+overhead and never feeds a wrong node, so a real decoder stays below it. Hits are teacher-
+forced: a position's sources saw the true text before it, as they would after a run of
+right guesses (the Jacobi guess is the one-iteration-late kind at every depth).
 
     python benchmarks/ceilings.py --limit 20 --temperature 0.7 --top-p 0.95 --dtype bfloat16
 """
@@ -32,6 +42,7 @@ import json
 from collections import Counter, defaultdict
 
 import torch
+from curves import CURVES  # benchmarks/curves.py, beside this script
 
 import lookahead
 from lookahead.bench.prompts import humaneval_prompts
@@ -93,6 +104,17 @@ def race_winner(logprobs: torch.Tensor, noise: torch.Tensor) -> int:
     return int((logprobs - noise.log()).argmax())
 
 
+MARGINS = (0.5, 1.0, 2.0, 4.0)  # bin edges of a guess's margin, in nats; the last bin is open
+
+
+def margin_bin(scores: torch.Tensor) -> int:
+    """The bin of the gap between the best and the second-best of a race's (or a
+    distribution's) scores: how far the guess's source would have to be off to change it."""
+    top = scores.topk(2).values if scores.numel() > 1 else torch.tensor([0.0, -float("inf")])
+    gap = float(top[0] - top[1])
+    return sum(gap >= edge for edge in MARGINS)
+
+
 def copy_continuations(text: list[int], end: int) -> list[int]:
     """The tokens that followed earlier occurrences of the longest suffix of ``text[:end + 1]``
     (up to ``MAX_MATCH`` tokens), latest first; empty where even one token never occurred."""
@@ -104,10 +126,36 @@ def copy_continuations(text: list[int], end: int) -> list[int]:
     return []
 
 
-def measure(model, tok, prompt_ids, seed: int, args, processors, hits: Counter, batch: int = 32) -> int:
+def oracle_cost(hits: list[bool], curve) -> float:
+    """The least summed cost, in one-token forwards, of decoding ``len(hits)`` tokens when a
+    step may feed a guess for each of the next positions while they are hits.
+
+    ``hits[i]``: position ``i + 1`` (counted after the text's last known token) could be guessed
+    right. A step from ``a`` known positions feeds the last known token and ``k`` guesses
+    (positions ``a + 1 .. a + k``, all hits), costs ``curve(k + 1)`` and knows ``a + k + 1``
+    positions after it (the model's own next token comes free). Plain decoding costs
+    ``len(hits)``. Example, on a curve where 2 tokens cost 1.5 and 3 cost 1.6::
+
+        hits  F T T F        a=0: position 1 is no hit: a plain step, 1.0, 1 known
+                             a=1: positions 2, 3 are hits: 2 guesses, 1.6, all 4 known -> 2.6
+    """
+    n = len(hits)
+    best = [0.0] * (n + 1)
+    run = 0
+    for a in range(n - 1, -1, -1):
+        run = run + 1 if hits[a] else 0  # hits in a row from position a + 1
+        best[a] = min(curve(k + 1) + best[min(a + k + 1, n)] for k in range(run + 1))
+    return best[0]
+
+
+def measure(model, tok, prompt_ids, seed: int, args, processors, hits: Counter, margins, batch: int = 32) -> dict:
+    """Counts each source's hits into ``hits`` and, by the guess's margin bin, into
+    ``margins[(source_how, bin)]`` (a list of hits); returns, per kind (``race``, ``fed``),
+    whether each new position from the second on was a hit, in order."""
     sample = seeded_sample(model, tok, prompt_ids, seed, args)
+    runs = {"race": [], "fed": []}
     if len(sample) < 2:
-        return 0
+        return runs
     text = torch.cat([prompt_ids[0], torch.tensor(sample)])
     p = prompt_ids.shape[1]
     logprobs = processed_logprobs(model, text, processors)  # row j: the distribution after text[j]
@@ -136,12 +184,19 @@ def measure(model, tok, prompt_ids, seed: int, args, processors, hits: Counter, 
         # the noise lines up: the race over the true distribution gives the sample (but rounding)
         hits["check_race"] += race_winner(logprobs[j], q) == target
         raced = {"jacobi": race_winner(missed[t - 1], q)}
+        held = {raced["jacobi"], int(missed[t - 1].argmax())}
         hits["jacobi_argmax"] += int(missed[t - 1].argmax()) == target
+        margins[("jacobi_race", margin_bin(missed[t - 1] - q.log()))].append(raced["jacobi"] == target)
+        margins[("jacobi_argmax", margin_bin(missed[t - 1]))].append(int(missed[t - 1].argmax()) == target)
         if tokens[j] in successors:
             ids, values = successors[tokens[j]]
             hits["successors_argmax"] += int(ids[0]) == target
             raced["successors"] = int(ids[(values - q[ids].log()).argmax()])
+            held.update(ids.tolist())
+            margins[("successors_race", margin_bin(values - q[ids].log()))].append(raced["successors"] == target)
+            margins[("successors_argmax", margin_bin(values))].append(int(ids[0]) == target)
         conts = copy_continuations(tokens, j)
+        held.update(conts)
         if conts:
             counts = Counter(conts)
             hits["copy_latest"] += conts[0] == target
@@ -151,7 +206,10 @@ def measure(model, tok, prompt_ids, seed: int, args, processors, hits: Counter, 
         for source, token in raced.items():
             hits[f"{source}_race"] += token == target
         hits["any_race"] += target in raced.values()
-    return len(sample) - 1
+        hits["any_fed"] += target in held
+        runs["race"].append(target in raced.values())
+        runs["fed"].append(target in held)
+    return runs
 
 
 def main(argv=None) -> int:
@@ -168,16 +226,33 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model, tok = lookahead.load_default_model(getattr(torch, args.dtype))
     processors = warpers(args.temperature, args.top_p)
-    hits, positions = Counter(), 0
+    hits, margins, runs = Counter(), defaultdict(list), []
     with torch.no_grad():
         for seed, prompt in enumerate(humaneval_prompts(args.limit)):
             ids = tok(prompt.text, return_tensors="pt").input_ids
-            positions += measure(model, tok, ids, seed, args, processors, hits)
+            runs.append(measure(model, tok, ids, seed, args, processors, hits, margins))
+    positions = sum(len(r["race"]) for r in runs)
     rates = defaultdict(dict)
     for key, count in sorted(hits.items()):
         source, how = key.rsplit("_", 1)
         rates[source][how] = round(count / max(positions, 1), 4)
-    doc = {"settings": vars(args), "positions": positions, "hit_rates": rates}
+    names = [n for n in CURVES if n.endswith(args.dtype)]
+    oracle = {
+        name: {kind: round(positions / sum(oracle_cost(r[kind], CURVES[name]) for r in runs), 3) for kind in runs[0]}
+        for name in names
+    }
+    edges = ("0", *(str(e) for e in MARGINS))
+    by_margin = defaultdict(dict)
+    for (source, b), held in sorted(margins.items()):
+        share, hit = len(held) / positions, sum(held) / len(held)
+        by_margin[source][f">={edges[b]}"] = {"share": round(share, 4), "hit": round(hit, 4)}
+    doc = {
+        "settings": vars(args),
+        "positions": positions,
+        "hit_rates": rates,
+        "by_margin": by_margin,
+        "oracle_speedup": oracle,
+    }
     print(json.dumps(doc, indent=1))
     if args.json:
         with open(args.json, "w") as f:

@@ -17,11 +17,11 @@ import json
 import time
 
 import torch
+from curves import CURVES  # benchmarks/curves.py, beside this script
 
 import lookahead
 from lookahead.bench import prompts as P
 from lookahead.step.controller import PLAIN, ShapeController
-from lookahead.step.costmodel import CostCurve
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dtype", default="float32")
@@ -32,22 +32,14 @@ ap.add_argument("--temperature", type=float, default=0.7)
 ap.add_argument("--top-p", type=float, default=0.95)
 ap.add_argument("--set", action="append", default=[])
 ap.add_argument("--check", action="store_true")
-ap.add_argument("--curve", default=None, help="a curve name below (default: the dtype's)")
+ap.add_argument("--curve", default=None, help="a name in benchmarks/curves.py (default: the dtype)")
 ap.add_argument("--prompts", default="humaneval")
 ap.add_argument("--keep-pool", action="store_true", help="one pool kept across the prompts (lookahead_pool)")
 a = ap.parse_args()
 torch.set_num_threads(1)
 dtype = getattr(torch, a.dtype)
 model, tok = lookahead.load_default_model(dtype=dtype)
-sizes = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
-curves = {
-    "float32": CostCurve(sizes, (1, 1.43, 1.49, 1.64, 1.81, 1.86, 2.1, 2.45, 3.0, 3.6), 0.011),
-    "bfloat16": CostCurve(sizes, (1, 1.0, 1.0, 1.03, 1.1, 1.17, 1.3, 1.45, 1.8, 2.2), 0.009),
-    # the AVX2-only machine's calibrations, idle (2 threads; no native bf16)
-    "avx2-float32": CostCurve(sizes, (1, 1.355, 1.529, 1.529, 1.529, 1.577, 1.757, 1.976, 2.387, 2.77), 0.0082),
-    "avx2-bfloat16": CostCurve(sizes, (1, 1.179, 1.71, 2.801, 3.888, 4.992, 7.132, 9.32, 13.657, 17.904), 0.0057),
-}
-curve = curves[a.curve or a.dtype]
+curve = CURVES[a.curve or a.dtype]
 paid = [0.0, 0.0]  # tokens, cost: every step the controller recorded
 _record = ShapeController.record
 
