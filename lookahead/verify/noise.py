@@ -57,7 +57,8 @@ class NoiseStream:
         self._next = [0] * rows  # the step each row reads next
         self._live = [True] * rows
         self._shadow: torch.Generator | None = None  # a copy of the generator, drawing ahead for peeks
-        self._ahead: deque[torch.Tensor] = deque()  # peeked blocks, from step _ahead_first on
+        # peeked blocks from step _ahead_first on, each with the shadow's state before and after it
+        self._ahead: deque[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = deque()
         self._ahead_first = 0
 
     @property
@@ -78,10 +79,7 @@ class NoiseStream:
         if step < self._next[row]:
             raise RuntimeError(f"row {row} asked for step {step} again (next unread: {self._next[row]})")
         while self.drawn <= step:
-            self._blocks.append(self._draw(like, self.generator))
-            if self._ahead and self._ahead_first < self.drawn:  # the real draw caught up with a peek
-                self._ahead.popleft()
-                self._ahead_first += 1
+            self._blocks.append(self._next_block(like))
         noise = self._blocks[step - self._first][row : row + 1]
         self._next[row] = step + 1
         self._drop()
@@ -101,8 +99,30 @@ class NoiseStream:
         if self._ahead_first != self.drawn or self._shadow is None:
             self._sync_shadow(like.device)
         while self._ahead_first + len(self._ahead) <= step:
-            self._ahead.append(self._draw(like, self._shadow))
-        return self._ahead[step - self._ahead_first][row : row + 1]
+            before = self._shadow.get_state()
+            block = self._draw(like, self._shadow)
+            self._ahead.append((block, before, self._shadow.get_state()))
+        return self._ahead[step - self._ahead_first][0][row : row + 1]
+
+    def _next_block(self, like: torch.Tensor) -> torch.Tensor:
+        """The next block from the generator. A peeked one is the same draw: where the generator
+        is in the state the peek drew it from, it is moved on to the state after that draw
+        instead of drawing again (a ``[rows, V]`` exponential block costs about what a forward
+        of a small model does); where anything else drew from it since, the peeks are dropped."""
+        if self._ahead and self._ahead_first == self.drawn:
+            block, before, after = self._ahead.popleft()
+            self._ahead_first += 1
+            real = self._real(like.device)
+            same = block.shape[-1] == like.shape[-1] and block.dtype == like.dtype and block.device == like.device
+            if same and torch.equal(real.get_state(), before):
+                real.set_state(after)
+                return block
+            self._ahead.clear()
+            self._shadow = None  # the next peek copies the generator afresh
+        return self._draw(like, self.generator)
+
+    def _real(self, device: torch.device) -> torch.Generator:
+        return self.generator if self.generator is not None else _default_generator(device)
 
     def _draw(self, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """The next ``[rows, V]`` block of ``generator``, shaped and placed like ``like``."""
@@ -111,7 +131,7 @@ class NoiseStream:
 
     def _sync_shadow(self, device: torch.device) -> None:
         """A copy of the generator at the next real draw (peeked blocks behind it are dropped)."""
-        real = self.generator if self.generator is not None else _default_generator(device)
+        real = self._real(device)
         if self._shadow is None or self._shadow.device != real.device:
             self._shadow = torch.Generator(device=real.device)
         self._shadow.set_state(real.get_state())

@@ -139,17 +139,33 @@ def test_custom_generate_and_stop_strings_equal_seeded_generate():
 
 class NoiseStreamMachine(RuleBasedStateMachine):
     """``NoiseStream`` against a reference that draws every block up front from the same seed:
-    rows read their steps in order at any pace, each read is the reference block's row, and
-    the stream keeps no more blocks than the fastest live row's lead over the slowest."""
+    rows read their steps in order at any pace and peek ahead of them, each read or peek is
+    the reference block's row, the generator is where the reference's was after as many
+    blocks, and the stream keeps no more blocks than the fastest live row's lead over the
+    slowest."""
 
     @initialize(rows=st.integers(1, 4), seed=st.integers(0, 100))
     def start(self, rows, seed):
         self.like = torch.zeros(1, 7)
-        self.stream = NoiseStream(rows, torch.Generator().manual_seed(seed))
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stream = NoiseStream(rows, self.generator)
         gen = torch.Generator().manual_seed(seed)
-        self.reference = [torch.empty(rows, 7).exponential_(generator=gen) for _ in range(40)]
+        self.states = [gen.get_state()]
+        self.reference = []
+        for _ in range(40):
+            self.reference.append(torch.empty(rows, 7).exponential_(generator=gen))
+            self.states.append(gen.get_state())
         self.next = [0] * rows
         self.live = set(range(rows))
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def peek(self, data):
+        row = data.draw(st.sampled_from(sorted(self.live)))
+        step = self.next[row] + data.draw(st.integers(0, 6))
+        if step < len(self.reference):
+            got = self.stream.peek(row, step, self.like)
+            assert torch.equal(got, self.reference[step][row : row + 1])
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -173,11 +189,41 @@ class NoiseStreamMachine(RuleBasedStateMachine):
         if not hasattr(self, "stream"):
             return
         assert self.stream.drawn == max(self.next)  # drawn in order, only when first needed
+        assert torch.equal(self.generator.get_state(), self.states[self.stream.drawn])
         lead = max(self.next) - min(self.next[r] for r in self.live)
         assert self.stream.held == lead
 
 
 TestNoiseStream = NoiseStreamMachine.TestCase
+
+
+def test_a_peeked_block_is_read_without_drawing_it_again(monkeypatch):
+    stream = NoiseStream(1, torch.Generator().manual_seed(3))
+    like = torch.zeros(1, 5)
+    draws = []
+    real_draw = stream._draw
+    monkeypatch.setattr(stream, "_draw", lambda *a: draws.append(1) or real_draw(*a))
+    peeked = [stream.peek(0, t, like).clone() for t in range(3)]
+    read = [stream.take(0, t, like) for t in range(4)]
+    assert len(draws) == 4  # three peeks, one block past them
+    assert all(torch.equal(p, r) for p, r in zip(peeked, read[:3]))
+
+
+def test_peeks_stale_after_another_draw_are_not_read():
+    """Something else draws from the generator between a peek and the read: the read is the
+    block ``generate`` would draw then, not the peeked one."""
+    gen = torch.Generator().manual_seed(5)
+    stream = NoiseStream(1, gen)
+    like = torch.zeros(1, 5)
+    stream.peek(0, 1, like)
+    torch.rand(3, generator=gen)
+    ref = torch.Generator().manual_seed(5)
+    torch.rand(3, generator=ref)
+    expected = [torch.empty(1, 5).exponential_(generator=ref) for _ in range(2)]
+    assert torch.equal(stream.take(0, 0, like), expected[0])
+    assert torch.equal(stream.peek(0, 1, like), expected[1])  # peeks from the generator as it is now
+    assert torch.equal(stream.take(0, 1, like), expected[1])
+    assert torch.equal(gen.get_state(), ref.get_state())
 
 
 def test_a_row_cannot_read_a_step_twice_or_after_release():
