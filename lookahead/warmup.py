@@ -59,6 +59,7 @@ SIGNATURES = {
     "kernels.pool_insert_text": (*POOL, IDS, I64, I64, B),
     "kernels.successors_update": (_array(types.int32, 2), LOGITS, IDS, _array(I64, 2), LOGITS),
     "kernels.successor_rows": (_array(types.int32, 2), LOGITS, I64, I64, I64, LOGITS, F64, _array(I64, 2)),
+    "kernels.successor_margin": (_array(types.int32, 2), LOGITS, I64, LOGITS, F64),
     "kernels.merge_trie": (IDS, _array(I64, 2), I64, I64),
     "kernels.step_layout": (IDS, _array(B, 2), IDS, IDS, _array(B, 2)),
     "kernels.greedy_path": (IDS, I64, IDS, IDS, IDS, IDS),

@@ -220,6 +220,37 @@ def _successor(table, scores, token, noise, depth, inv_temp):
 
 
 @njit(cache=True)
+def successor_margin(table, scores, root, noise, inv_temp):
+    """How far row 0's first token wins its pick among ``root``'s stored successors: the gap
+    between the best and the second-best score (``score / T``, less ``log q`` where ``noise``
+    has a row for the first token, as in :func:`_successor`); ``inf`` where ``root`` has one
+    successor, -1.0 where it has none. A guess the stored logits pick by a wide margin still
+    wins where the model's distribution has moved since they were stored.
+
+    Example: ``table[5] = [7, 8]`` with scores ``[2.0, 0.5]``, greedy: 1.5. Sampling at T = 0.5
+    where ``q[7] = 1`` and ``q[8] = e^-2``: 7 scores 4.0, 8 scores 1.0 + 2.0 = 3.0, gap 1.0.
+    """
+    if root < 0 or root >= table.shape[0]:
+        return -1.0
+    best, second = -np.inf, -np.inf
+    found = 0
+    for j in range(table.shape[1]):
+        t = table[root, j]
+        if t >= 0:
+            s = scores[root, j] * inv_temp
+            if noise.shape[0] > 0:
+                s -= np.log(noise[0, t])
+            found += 1
+            if s > best:
+                best, second = s, best
+            elif s > second:
+                second = s
+    if found == 0:
+        return -1.0
+    return best - second
+
+
+@njit(cache=True)
 def successor_rows(table, scores, root, rows, length, noise, inv_temp, out):
     """Guesses from the successor table, ``length`` tokens at most per row (-1 pads a row that
     ran into an unknown token). Row 0 follows the successor each position picks (see

@@ -35,9 +35,14 @@ _NO_CHAIN = np.zeros(0, dtype=np.int64)
 # (source, prior of a row's first token, of its later ones): a little above what rows held
 # alone, so a fresh request still tries them (docs/benchmarks.md, POOL_SOURCES)
 POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
-# the successors' first row (the likeliest chain, or the noise's race winners) and the others:
-# alone they held 0.49 / 0.45 and 0.04 / 0.57 (docs/benchmarks.md, SUCCESSOR_SOURCE)
-SUCCESSOR_SOURCE = (("successors", 0.5, 0.6), ("successors", 0.1, 0.5))
+# the successors' first row (the likeliest chain, or the noise's race winners) learns in the
+# bin of the margin its first token wins by (``SuccessorTable.margin``, split at these), for
+# a stored pick that wins by far holds more: under seeded sampling at T=0.7 the race winner was
+# the sample 0.25-0.34 of the time below a margin of 2 and 0.50 above it (benchmarks/ceilings.py)
+SUCCESSOR_MARGINS = (1.0, 2.0, 4.0)
+# then the other rows; alone the first row held 0.49 / 0.45 and the others 0.04 / 0.57
+# (docs/benchmarks.md, SUCCESSOR_SOURCE)
+SUCCESSOR_SOURCE = tuple(("successors", first, 0.6) for first in (0.4, 0.55, 0.7, 0.8)) + (("successors", 0.1, 0.5),)
 # the window's free Jacobi iteration: right after one wrong token the model's next prediction
 # held 23% of the time on the embedded model (docs/benchmarks.md, WINDOW_SOURCE)
 WINDOW_SOURCE = (("window", 0.25, 0.5),)
@@ -197,8 +202,7 @@ class Proposer:
             self.stats.pool_hits += int(pooled.shape[0] > 0)
             parts += [("pool", pooled[:paired]), ("pool", pooled[paired:])]
         if self.successors is not None:
-            recycled = self.successors.guesses(seq.tokens[-1], *self._race())
-            parts += [("successors", recycled[:1]), ("successors", recycled[1:])]
+            parts += self._successor_parts(seq.tokens[-1])
         if self.budget is not None:
             self.budget.scale_priors(self.rule.ceiling)
             rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
@@ -208,6 +212,16 @@ class Proposer:
         parts = [(name, rows) for name, rows in parts if rows.size]
         origins = tuple(name for name, rows in parts for _ in range(rows.shape[0]))
         return _stack_rows([rows for _, rows in parts]), origins
+
+    def _successor_parts(self, root: int) -> list[tuple[str, np.ndarray]]:
+        """The recycled successors' rows as the budget's sources: the first row under the bin
+        of its margin (one part per ``SUCCESSOR_MARGINS`` bin, the others empty), then the rest."""
+        race = self._race()
+        recycled = self.successors.guesses(root, *race)
+        margin = self.successors.margin(root, *race) if recycled.size else -1.0
+        at = int(np.searchsorted(SUCCESSOR_MARGINS, margin, side="right"))
+        first = [recycled[:1] if b == at else recycled[:0] for b in range(len(SUCCESSOR_MARGINS) + 1)]
+        return [("successors", rows) for rows in first] + [("successors", recycled[1:])]
 
     def _race(self) -> tuple[np.ndarray | None, float]:
         """What the successors' race reads under seeded sampling: the known noise of the next

@@ -63,6 +63,12 @@ class SuccessorTable:
         alike) as the successors of ``fed`` ``[q]``."""
         kernels.successors_update(self._table, self._scores, fed, top, scores)
 
+    def margin(self, root: int, noise: np.ndarray | None = None, temperature: float = 1.0) -> float:
+        """How far the first token of :meth:`guesses`' row 0 wins its pick (same arguments; see
+        ``kernels.successor_margin``): inf where ``root`` has one successor, -1.0 where none."""
+        noise = _NO_NOISE if noise is None else noise
+        return kernels.successor_margin(self._table, self._scores, root, noise, 1.0 / temperature)
+
     def guesses(self, root: int, noise: np.ndarray | None = None, temperature: float = 1.0) -> np.ndarray:
         """int64 ``[r, length]`` rows following ``root`` (-1 pads); a view, valid until the
         next call. Under seeded sampling ``noise`` (float32 ``[m, V]``) is the known noise of
