@@ -52,6 +52,7 @@ SAMPLED_PRIOR_TOKENS = 1.5
 # the best source's noise-raced guess held 20.8% at T=0.7, where the ceiling averaged 0.52
 # (benchmarks/ceilings.py, the embedded model on HumanEval)
 GUESS_HIT_SHARE = 0.4
+GATE_NODES = 16  # the largest step whose per-node price gates seeded sampling's budget (copy_length's default)
 EXPLORE_SHARE = 0.02  # the most of the forward cost the window's losing tries take, before backoff
 MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore_every
 
@@ -125,7 +126,10 @@ class ShapeController:
         self.alpha = alpha
         # each row of a batch plans and walks its own guesses
         self.overhead = self.costs.seconds_in_units(GUESS_OVERHEAD_S * rows)
-        self._guess_price = self.costs(2) - 1.0 + self.overhead  # one guessed node beyond a plain step
+        # the least a guessed node costs beyond a plain step, in the cheapest step to feed it
+        # from: a curve that rises and then levels off (fp32 on this project's CPU) makes a
+        # second token dear and the ones after it nearly free
+        self._node_price = min((self.costs(1 + n) - 1.0 + self.overhead) / n for n in range(1, GATE_NODES + 1))
         # tried first in this order; with the draft shape, it first and once
         competing = (DRAFT, FULL) if draft else (FULL, LEAN)
         self.guessing = tuple(shape for shape in competing if full or not adaptive or shape != FULL)
@@ -202,15 +206,16 @@ class ShapeController:
         """Whether a step this controller would run plain goes to the draft budget instead,
         which feeds no node that does not pay by its chances. Under greedy (``ceiling`` 1)
         the chances hold as learnt. Under seeded sampling they are learnt within the call,
-        which only a budget consulted every step does (isolated tries never teach it); that
-        pays where one guessed node costs less than a guess's chance of holding
-        (``GUESS_HIT_SHARE x ceiling``): on a flat curve (a GPU's), not on this project's CPU,
-        where a second token costs 0.35 of a forward more in fp32 and 0.18 in bf16 (at
-        T=0.7 the ceiling is about 0.5). And only while the draft shape's steps pay (its rate
-        is plain's at least): a budget that feeds nothing still costs a step's planning."""
+        which only a budget consulted every step does (isolated tries never teach it, and
+        a draft rate measured from them is the priors', so it cannot gate this); that pays
+        where a guessed node, fed in the step size where nodes are cheapest (up to
+        ``GATE_NODES``), costs less than a guess's chance of holding
+        (``GUESS_HIT_SHARE x ceiling``, about 0.2 at T=0.7). So on a flat curve (a GPU's) and
+        on this project's CPU in fp32 (a second token costs 0.35 of a forward more, the 3rd
+        to 7th nothing), not there in bf16, where each costs 0.25 more at best, overhead included."""
         if ceiling == 1.0:
             return True
-        return self._guess_price < GUESS_HIT_SHARE * ceiling and self._rates.get(DRAFT, 0.0) >= 1.0
+        return GUESS_HIT_SHARE * ceiling > self._node_price
 
     def _expected_waste(self, shape: str) -> float:
         """What a try of ``shape`` wastes by its averages (0 before it fed anything)."""

@@ -199,23 +199,21 @@ def test_seeded_sampling_with_a_budget_never_feeds_the_window_whole():
 
 
 def test_the_budget_decides_sampled_steps_only_where_a_guessed_node_is_cheap():
-    """Greedy steps always go to the budget; seeded sampling's where a second token costs less
-    than ``GUESS_HIT_SHARE`` of the ceiling (bf16 on this project's CPU), not where it costs
-    most of a forward more (fp32 there), nor when the text is nearly flat; and only while the
-    draft shape's steps pay: a budget that feeds nothing costs a step's planning."""
-    from lookahead.step.controller import GUESS_HIT_SHARE
+    """Greedy steps always go to the budget; seeded sampling's where a guessed node, fed in
+    the step size where nodes cost least, costs less than ``GUESS_HIT_SHARE`` of the ceiling:
+    where forwards level off after a dear second token (fp32 on this project's CPU), not where
+    every token costs a fifth of a forward more (bf16 there), nor when the text is nearly flat."""
+    from lookahead.step.controller import GATE_NODES, GUESS_HIT_SHARE
 
-    flat = ShapeController(CostCurve((1, 2, 8), (1.0, 1.08, 2.5), 0.008), draft=True)
-    steep = ShapeController(CostCurve((1, 2, 8), (1.0, 1.43, 1.57), 0.008), draft=True)
-    assert flat.overhead > 0
-    assert not flat.budget_decides(0.5)  # the draft shape has not paid yet
-    for controller in (flat, steep):
-        controller.record(DRAFT, 2, 2)
-    assert flat.budget_decides(1.0) and steep.budget_decides(1.0)
-    assert flat.budget_decides(0.5) and not steep.budget_decides(0.5)
-    price = 0.08 + flat.overhead
-    assert not flat.budget_decides(0.99 * price / GUESS_HIT_SHARE)
-    assert flat.budget_decides(1.01 * price / GUESS_HIT_SHARE)
-    for _ in range(20):  # the budget fed nothing: each step paid the planning for one token
-        flat.record(DRAFT, 1, 1)
-    assert flat.rate(DRAFT) < 1.0 and not flat.budget_decides(0.5) and flat.budget_decides(1.0)
+    levelling = ShapeController(CostCurve((1, 2, 4, 8, 16), (1.0, 1.355, 1.53, 1.53, 1.58), 0.008), draft=True)
+    rising = ShapeController(CostCurve((1, 2, 4, 8), (1.0, 1.18, 1.71, 2.8), 0.006), draft=True)
+    assert levelling.budget_decides(1.0) and rising.budget_decides(1.0)
+    assert levelling.budget_decides(0.5) and not rising.budget_decides(0.5)
+    assert not levelling.budget_decides(0.05)
+    # linear: n nodes cost n * c more, so the price is least at the largest step
+    c = 0.005
+    linear = ShapeController(CostCurve((1, 1 + GATE_NODES), (1.0, 1.0 + GATE_NODES * c), 0.008), draft=True)
+    assert linear.overhead > 0
+    price = c + linear.overhead / GATE_NODES
+    assert not linear.budget_decides(0.99 * price / GUESS_HIT_SHARE)
+    assert linear.budget_decides(1.01 * price / GUESS_HIT_SHARE)
