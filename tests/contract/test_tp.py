@@ -24,6 +24,8 @@ import lookahead
 from lookahead import cli, distributed
 from lookahead.checking import loading
 
+from tp_worker import NEW_TOKENS  # tests/helpers, on the path by conftest.py
+
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 REPO = HELPERS.parents[1]
 RANKS = 2
@@ -125,7 +127,7 @@ def test_models_are_really_sharded(ranks, family):
 def test_greedy_default_config_equals_generate_on_every_rank(ranks, family):
     for data in ranks:
         got = data["families"][family]
-        assert len(got["reference"]) == 200
+        assert len(got["reference"]) == NEW_TOKENS
         assert got["greedy"] == got["reference"]
     assert ranks[0]["families"][family]["reference"] == ranks[1]["families"][family]["reference"]
 
@@ -151,7 +153,7 @@ def test_adaptive_shapes_vary_and_are_the_same_on_every_rank(ranks, family):
 @pytest.mark.parametrize("path", ["sampled", "sampled_custom"])
 def test_seeded_sampling_gives_the_same_tokens_on_every_rank(ranks, family, path):
     first, second = (data["families"][family] for data in ranks)
-    assert len(first[path]) == 200
+    assert len(first[path]) == NEW_TOKENS
     assert first[path] == second[path]
     assert first[path] != first["reference"], "sampling at temperature 1 should leave the greedy path"
     assert first["rng_after"] == second["rng_after"], "the ranks consumed the global RNG differently"

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-NEW_TOKENS = 200
+NEW_TOKENS = 120  # past the sliding windows (9) many times over, and long enough for shapes to change
 PROMPT = [5, 9, 14, 7, 22, 31] * 6  # repetitive: the pool and the copy guess hit, shapes change
 COMMON = dict(max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=0)
 
