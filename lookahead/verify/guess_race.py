@@ -47,29 +47,28 @@ def race_guesses(raw: torch.Tensor, processors, noise: list[torch.Tensor | None]
     re-stated here (see the module docstring).
 
     Args:
-        raw: float32 logits ``[k, V]``, one row per guessed position.
+        raw: logits ``[k, V]`` (any float dtype), one row per guessed position.
         processors: ``generate``'s logits processors for sampling, in order.
         noise: per row its position's ``Exp(1)`` noise ``[1, V]``, or None (then the row's
             likeliest token is the guess, as beyond the noise stream's lead).
     """
     if not supported(processors):
         return None
-    scores = raw
-    for p in processors or ():
-        if type(p).__name__ == "TemperatureLogitsWarper":
-            scores = scores / p.temperature
-    top = min(TOP, scores.shape[-1])
-    values, index = scores.topk(top, dim=-1)  # sorted, highest first
+    t = temperature(processors)
+    top = min(TOP, raw.shape[-1])
+    # dividing by the temperature keeps the order: slice first, then scale the slice alone
+    values, index = raw.topk(top, dim=-1)  # sorted, highest first
+    values = values.float() / t
     alive = torch.ones_like(values, dtype=torch.bool)
-    tail = top < scores.shape[-1]  # whether tokens beyond the slice are still in the support
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # the row's normalizer while the tail is in
+    tail = top < raw.shape[-1]  # whether tokens beyond the slice are still in the support
     for p in processors or ():
         name = type(p).__name__
         if name == "TopKLogitsWarper":
             alive[:, p.top_k :] = False
             tail = tail and p.top_k > top
         elif name == "TopPLogitsWarper":
-            norm = lse if tail else _masked_lse(values, alive)
+            # the row's normalizer while its tail is in, else the slice's
+            norm = torch.logsumexp(raw.float() / t, dim=-1, keepdim=True) if tail else _masked_lse(values, alive)
             probs = torch.where(alive, (values - norm).exp(), 0.0)
             above = probs.cumsum(-1) - probs
             keep = above < p.top_p
@@ -82,11 +81,11 @@ def race_guesses(raw: torch.Tensor, processors, noise: list[torch.Tensor | None]
             alive &= keep
             tail = tail and bool(keep[:, -1].any())
     ratio = torch.where(alive, (values - values[:, :1]).exp(), -1.0)
-    picks = []
-    for k, q in enumerate(noise):
-        row = ratio[k] if q is None else ratio[k] / q[0, index[k]]
-        picks.append(int(index[k, int(row.argmax())]))
-    return picks
+    if any(q is not None for q in noise):
+        ones = torch.ones((1, raw.shape[-1]), dtype=torch.float32, device=raw.device)
+        q = torch.cat([ones if q is None else q for q in noise])
+        ratio = ratio / q.gather(1, index)  # a None row races against no noise: its argmax
+    return index.gather(1, ratio.argmax(-1, keepdim=True))[:, 0].tolist()
 
 
 def _masked_lse(values: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 from lookahead.drafts.tree import GuessTree
 from lookahead.verify.guess_race import race_guesses, temperature
 from lookahead.verify.noise import NoiseStream
+from lookahead.verify.warpers import chain
 
 _CEILING_ALPHA = 0.1  # weight of the newest root draw in SamplingRule.ceiling
 
@@ -30,7 +31,22 @@ class Pick:
         self.scores = scores
 
 
-class GreedyRule:
+class _Processes:
+    """``processors`` (``generate``'s list, or a batch row's view of it, set later) and
+    ``_process``, what applies them: the same scores without the list's per-call costs
+    (``verify.warpers``)."""
+
+    @property
+    def processors(self):
+        return self._processors
+
+    @processors.setter
+    def processors(self, value) -> None:
+        self._processors = value
+        self._process = chain(value)
+
+
+class GreedyRule(_Processes):
     """Argmax of the processed logits, the processors seeing that node's exact prefix.
 
     Without processors all argmaxes are taken in one call per step.
@@ -66,7 +82,7 @@ class GreedyRule:
             # no processors: the raw row is what stopping criteria would see as scores
             return Pick(self._preds[node], self._logits[node : node + 1], None)
         raw = self._logits[node : node + 1].float()
-        scores = self.processors(sequence, raw.clone()) if self.processors else raw
+        scores = self._process(sequence, raw.clone()) if self.processors else raw
         return Pick(int(scores.argmax(-1)), raw, scores)
 
     def report(self, node: int, sequence: torch.Tensor) -> Pick:
@@ -77,7 +93,7 @@ class GreedyRule:
         """Nothing to free: greedy keeps no per-row state."""
 
 
-class SamplingRule:
+class SamplingRule(_Processes):
     """Exact sampling that replays ``model.generate(do_sample=True)``'s random stream.
 
     ``generate`` emits ``torch.multinomial(softmax(scores), 1)``, which for one sample is the
@@ -118,7 +134,7 @@ class SamplingRule:
     def report(self, node: int, sequence: torch.Tensor) -> Pick:
         """The raw and processed rows at ``node``, emitting nothing (no noise is read)."""
         raw = self._logits[node : node + 1].float()
-        scores = self.processors(sequence, raw.clone()) if self.processors else raw
+        scores = self._process(sequence, raw.clone()) if self.processors else raw
         return Pick(-1, raw, scores)
 
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
@@ -140,11 +156,12 @@ class SamplingRule:
         Where the processors are ``generate``'s sampling warpers, the race runs over each
         row's top scores (``guess_race``); else one processor call and one softmax for all
         of them. Reads no noise, so the output stays ``generate``'s whatever is guessed."""
-        raw = self._logits[nodes].float()
-        noise = [self.noise.peek(self.row, self.emitted + k, raw[k : k + 1]) for k in range(len(nodes))]
-        picks = race_guesses(raw, self.processors, noise)
+        like = self._noise_like()
+        noise = [self.noise.peek(self.row, self.emitted + k, like) for k in range(len(nodes))]
+        picks = race_guesses(self._logits[nodes], self.processors, noise)
         if picks is not None:
             return picks
+        raw = self._logits[nodes].float()
         scores = raw
         if self.processors:
             try:  # one call over the stacked rows: each call costs more than its rows here
@@ -164,15 +181,21 @@ class SamplingRule:
         user's generator stay as they were."""
         if self._logits is None:
             return None
-        if self._like is None:
-            self._like = torch.empty((1, self._logits.shape[-1]), dtype=torch.float32, device=self._logits.device)
+        like = self._noise_like()
         rows = []
         for k in range(n):
-            row = self.noise.peek(self.row, self.emitted + k, self._like)
+            row = self.noise.peek(self.row, self.emitted + k, like)
             if row is None:
                 break
             rows.append(row)
         return torch.cat(rows).cpu() if rows else None
+
+    def _noise_like(self) -> torch.Tensor:
+        """A float32 ``[1, V]`` row where the logits are: what new noise blocks are shaped as
+        (the processed scores ``take`` is given are float32 rows too)."""
+        if self._like is None:
+            self._like = torch.empty((1, self._logits.shape[-1]), dtype=torch.float32, device=self._logits.device)
+        return self._like
 
     def release(self) -> None:
         """This rule emits no more tokens."""
