@@ -32,10 +32,10 @@ import time
 from numba import types
 from numba.core.registry import CPUDispatcher
 
-from lookahead.drafts import budget, kernels, suffix_kernels
+from lookahead.drafts import budget, kernels, race_kernels, suffix_kernels
 from lookahead.step import kernels as step_kernels
 
-KERNEL_MODULES = (kernels, suffix_kernels, budget, step_kernels)
+KERNEL_MODULES = (kernels, race_kernels, suffix_kernels, budget, step_kernels)
 
 
 def _array(dtype, ndim: int = 1):
@@ -61,6 +61,7 @@ SIGNATURES = {
     "kernels.successor_rows": (_array(types.int32, 2), LOGITS, I64, I64, I64, LOGITS, F64, _array(I64, 2)),
     "kernels.successor_margin": (_array(types.int32, 2), LOGITS, I64, LOGITS, F64),
     "kernels.merge_trie": (IDS, _array(I64, 2), I64, I64),
+    "race_kernels.race_top": (LOGITS, IDS, LOGITS, F64, I64, F64, I64, F64, I64, IDS),
     "kernels.step_layout": (IDS, _array(B, 2), IDS, IDS, _array(B, 2)),
     "kernels.greedy_path": (IDS, I64, IDS, IDS, IDS, IDS),
     "suffix_kernels._partition": (IDS32, I64, B, IDS, IDS, I64, I64, I64),
@@ -85,7 +86,7 @@ SIGNATURES = {
     "kernels.hide_at": (LOGITS, IDS, _array(types.float32), F64),
     "kernels.put_back": (LOGITS, IDS, _array(types.float32)),
 }
-SECONDS_PER_KERNEL = 0.4  # a cold compile, one core: 29 kernels in ~11 s on AVX-512 (15-20 s on AVX2)
+SECONDS_PER_KERNEL = 0.4  # a cold compile, one core: 30 kernels in ~11 s on AVX-512 (15-20 s on AVX2)
 _done = False  # whether this process has warmed its kernels (numba keeps them per process)
 _helper: subprocess.Popen | None = None
 

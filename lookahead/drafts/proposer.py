@@ -19,6 +19,7 @@ from lookahead.drafts import kernels
 from lookahead.drafts.budget import DraftBudget
 from lookahead.drafts.copy_drafter import CopyDrafter
 from lookahead.drafts.jacobi import free_iteration
+from lookahead.drafts.noise_race import NoiseRace
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.successors import SuccessorTable, kept_table
 from lookahead.drafts.suffix import SuffixIndex
@@ -246,25 +247,31 @@ class Proposer:
         if self.pool is not None:
             self.pool.insert(ngrams, before)
 
-    def _iterate_window(self, seq: TokenSequence, tree: GuessTree, path: list[int], preds: torch.Tensor) -> None:
+    def _iterate_window(
+        self, seq: TokenSequence, tree: GuessTree, path: list[int], preds: torch.Tensor, logits: torch.Tensor | None
+    ) -> None:
         """The step's free Jacobi iteration becomes the window's guess of what follows the new
         root (without one, the old guess moves on); a full one is also a trajectory n-gram for
         the pool, keyed by the root alone: under the root and the token before it, it would
         learn in the text's context-pair bins, whose chances it does not have (docs/benchmarks.md,
         2026-12-03)."""
-        guess = free_iteration(tree, path[-1], self._picker(seq, preds), self.config.ngram - 1)
+        guess = free_iteration(tree, path[-1], self._picker(seq, preds, logits), self.config.ngram - 1)
         self.jacobi = guess if guess.size else self.jacobi[len(path) :]
         if self.pool is not None and guess.size == self.config.ngram - 1:
             gram = np.concatenate([seq.tokens[-1:], guess])[None]
             self.pool.insert(gram)
 
-    def _picker(self, seq: TokenSequence, preds: torch.Tensor):
+    def _picker(self, seq: TokenSequence, preds: torch.Tensor, logits: torch.Tensor | None):
         """``picks(nodes)``: the tokens the rule would emit at a branch of the step's tree read
         as the tokens after the root: the fetched argmaxes, or under sampling the races with
-        those positions' known noise (so the window follows the sampled text)."""
+        those positions' known noise (so the window follows the sampled text), run on the
+        step's ``logits`` ``[q, V]`` by the noise race where it re-states the processors."""
         if getattr(self.rule, "guesses", None) is None:
             return lambda nodes: [int(preds[v]) for v in nodes]
-        return lambda nodes: self.rule.guesses(nodes, seq.ids)
+        race = NoiseRace.of(self.rule.processors) if logits is not None else None
+        if race is None:
+            return lambda nodes: self.rule.guesses(nodes, seq.ids)
+        return lambda nodes: race.picks(logits, nodes, self.rule.noise_ahead(len(nodes)))
 
     def learn_text(self, seq: TokenSequence, accepted: int) -> None:
         """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
@@ -273,20 +280,28 @@ class Proposer:
             self.pool.insert_text(text, text.shape[0] - accepted - self.config.ngram + 1)
 
     def learn(
-        self, seq: TokenSequence, preds: torch.Tensor, windowed: bool, path: list[int], root: int, tree: GuessTree
+        self,
+        seq: TokenSequence,
+        preds: torch.Tensor,
+        windowed: bool,
+        path: list[int],
+        root: int,
+        tree: GuessTree,
+        logits: torch.Tensor | None = None,
     ) -> None:
         """After a step that walked ``path`` (its accepted nodes) from the root ``root`` down
         ``tree``, appending ``len(path)`` tokens to ``seq``: move the window on (by its newest
         level's predictions, from ``preds``, the host argmax ``[q]`` of the step's logits, when
-        it was fed; and by the step's free Jacobi iteration), file the new n-grams and score
-        the draft's nodes."""
+        it was fed; and by the step's free Jacobi iteration, raced on the step's ``logits``
+        ``[q, V]`` under sampling where given), file the new n-grams and score the draft's
+        nodes."""
         accepted = len(path)
         if windowed:
             self._advance_window(preds, accepted, root)
         else:
             self.window.slide(accepted)
         if self.budget is not None and self.config.window:
-            self._iterate_window(seq, tree, path, preds)
+            self._iterate_window(seq, tree, path, preds, logits)
         self.learn_text(seq, accepted)
         if self.budget is not None:
             self.budget.learn(seq.tokens[-accepted:])

@@ -256,7 +256,7 @@ class BatchDecoder:
             return path
         appended = seq.tokens[-len(path) :]
         proposer.count(shape, layout, fed, appended)
-        proposer.learn(seq, preds, layout.windowed, path, root, layout.tree)
+        proposer.learn(seq, preds, layout.windowed, path, root, layout.tree, logits[:fed])
         return path
 
     def _commit(self, accepted: list[list[int]]) -> None:

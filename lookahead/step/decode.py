@@ -151,7 +151,7 @@ class Decoder:
         if self._kept > self._keep.shape[0]:
             self._grow_keep(2 * self._keep.shape[0])
         self.position += accepted
-        proposer.learn(seq, preds, window is not None, path, last, step.tree)
+        proposer.learn(seq, preds, window is not None, path, last, step.tree, logits)
 
     def _grow_keep(self, size: int) -> None:
         """Grow the flags of which cache entries are real tokens to ``size``, the new ones

@@ -13,9 +13,8 @@ from collections.abc import Iterator
 import torch
 
 from lookahead.drafts.tree import GuessTree
-from lookahead.verify.guess_race import race_guesses, temperature
 from lookahead.verify.noise import NoiseStream
-from lookahead.verify.warpers import chain
+from lookahead.verify.warpers import chain, temperature
 
 _CEILING_ALPHA = 0.1  # weight of the newest root draw in SamplingRule.ceiling
 
@@ -152,15 +151,12 @@ class SamplingRule(_Processes):
     def guesses(self, nodes: list[int], sequence: torch.Tensor) -> list[int]:
         """The tokens the race would emit at ``nodes``, were the k-th of them the k-th token
         from now, each with that position's known noise and the processors seeing
-        ``sequence``: guesses of the seeded sample there (the argmax beyond the stream's lead).
-        Where the processors are ``generate``'s sampling warpers, the race runs over each
-        row's top scores (``guess_race``); else one processor call and one softmax for all
-        of them. Reads no noise, so the output stays ``generate``'s whatever is guessed."""
+        ``sequence``: guesses of the seeded sample there (the argmax beyond the stream's
+        lead). The exact race, one processor call for all of them where the processors take
+        stacked rows; ``drafts.noise_race`` races ``generate``'s sampling warpers for less.
+        Reads no noise, so the output stays ``generate``'s whatever is guessed."""
         like = self._noise_like()
         noise = [self.noise.peek(self.row, self.emitted + k, like) for k in range(len(nodes))]
-        picks = race_guesses(self._logits[nodes], self.processors, noise)
-        if picks is not None:
-            return picks
         raw = self._logits[nodes].float()
         scores = raw
         if self.processors:

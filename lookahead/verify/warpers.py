@@ -110,5 +110,14 @@ def top_k_top_p(scores: torch.Tensor, top_k: int, top_p: float, min_tokens_to_ke
     return torch.full_like(scores, -math.inf).index_copy_(1, index[: k - cut], values[None, : k - cut])
 
 
+def temperature(processors) -> float:
+    """The temperature ``processors`` divide the scores by (1 without a temperature warper)."""
+    t = 1.0
+    for p in processors or ():
+        if type(p).__name__ == "TemperatureLogitsWarper":
+            t *= p.temperature
+    return t
+
+
 def _neg_inf(processor) -> bool:
     return getattr(processor, "filter_value", None) == -math.inf

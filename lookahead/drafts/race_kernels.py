@@ -1,0 +1,96 @@
+"""The guesses' noise race as one numba kernel over host rows (see ``drafts.noise_race``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+TOP = 64  # tokens per row the race runs over
+
+
+@njit(cache=True, inline="always")
+def _top(row, vals, idx):
+    """Fill ``vals`` / ``idx`` (``[TOP]``) with the row's highest values and their ids, highest
+    first; returns how many (``min(TOP, V)``)."""
+    filled = 0
+    size = vals.shape[0]
+    for j in range(row.shape[0]):
+        v = row[j]
+        if filled == size and not v > vals[size - 1]:
+            continue
+        p = filled if filled < size else size - 1
+        while p > 0 and vals[p - 1] < v:
+            if p < size:
+                vals[p], idx[p] = vals[p - 1], idx[p - 1]
+            p -= 1
+        vals[p], idx[p] = v, j
+        if filled < size:
+            filled += 1
+    return filled
+
+
+@njit(cache=True, inline="always")
+def _row_lse(row, inv_temp):
+    """log sum exp(row / T) over the whole row."""
+    m = -np.inf
+    for j in range(row.shape[0]):
+        if row[j] * inv_temp > m:
+            m = row[j] * inv_temp
+    total = 0.0
+    for j in range(row.shape[0]):
+        total += np.exp(row[j] * inv_temp - m)
+    return m + np.log(total)
+
+
+@njit(cache=True)
+def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_min_p, out):
+    """For each i, the token seeded sampling would emit after row ``nodes[i]`` of ``values``
+    (float32 logits ``[q, V]``), were it the i-th token from now: ``argmax(p / q)`` over the
+    row's ``TOP`` highest tokens still in the support, ``p`` their probabilities under the
+    temperature (``inv_temp`` = 1 / T), then top-k (``top_k``, 0 for none), top-p
+    (``top_p``, 1.0 for none, keeping at least ``keep_p``) and min-p (``min_p``, 0.0 for none,
+    keeping ``keep_min_p``), as ``generate`` applies them, and ``q`` noise row i (float32
+    ``[m, V]``); past the m rows, the likeliest token. It is the exact race's winner wherever
+    the support lies within the slice (always under a top-k of at most ``TOP``).
+
+    Example: a row whose best two are token 7 (logit 2.0) and 8 (1.0), T = 1, no filters:
+    7 greedily; with ``q[7] = 1`` and ``q[8] = e^-2`` the race weighs 7 at 1 and 8 at
+    e^-1 / e^-2 = e, so 8.
+    """
+    size = min(TOP, values.shape[1])
+    vals = np.empty(size, dtype=np.float32)
+    idx = np.empty(size, dtype=np.int64)
+    alive = np.empty(size, dtype=np.bool_)
+    for i in range(nodes.shape[0]):
+        row = values[nodes[i]]
+        n = _top(row, vals, idx)
+        for j in range(n):
+            alive[j] = top_k <= 0 or j < top_k
+        tail = n < row.shape[0] and (top_k <= 0 or top_k > n)  # tokens past the slice still in
+        if top_p < 1.0:
+            if tail:
+                norm = _row_lse(row, inv_temp)
+            else:
+                peak = vals[0] * inv_temp
+                total = 0.0
+                for j in range(n):
+                    if alive[j]:
+                        total += np.exp(vals[j] * inv_temp - peak)
+                norm = peak + np.log(total)
+            above = 0.0
+            for j in range(n):
+                p = np.exp(vals[j] * inv_temp - norm) if alive[j] else 0.0
+                alive[j] = alive[j] and (above < top_p or j < keep_p)
+                above += p
+        if min_p > 0.0:
+            for j in range(n):
+                alive[j] = alive[j] and (np.exp((vals[j] - vals[0]) * inv_temp) >= min_p or j < keep_min_p)
+        best, best_ratio = idx[0], -1.0
+        for j in range(n):
+            if alive[j]:
+                ratio = np.exp((vals[j] - vals[0]) * inv_temp)
+                if i < noise.shape[0]:
+                    ratio /= noise[i, idx[j]]
+                if ratio > best_ratio:
+                    best, best_ratio = idx[j], ratio
+        out[i] = best

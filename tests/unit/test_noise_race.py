@@ -1,0 +1,119 @@
+"""The guesses' noise race (``drafts.noise_race``): over each row's top scores it picks the
+token the exact race (``generate``'s processors over the whole vocabulary, then
+``argmax(softmax / q)``) picks, wherever the support lies within those scores."""
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from lookahead.drafts.noise_race import NoiseRace
+from lookahead.drafts.race_kernels import TOP
+from lookahead.verify.rules import SamplingRule
+
+
+@st.composite
+def races(draw):
+    """Logits ``[k, V]``, noise ``[k, V]``, and a warper list in ``generate``'s order."""
+    vocab = draw(st.sampled_from([50, 300, 4096]))
+    rows = draw(st.integers(1, 4))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    logits = torch.randn(rows, vocab, generator=gen) * draw(st.sampled_from([1.0, 3.0, 8.0]))
+    noise = torch.empty(rows, vocab).exponential_(generator=gen)
+    warpers = [TemperatureLogitsWarper(draw(st.sampled_from([0.6, 1.0, 1.5])))]
+    if draw(st.booleans()):
+        warpers.append(TopKLogitsWarper(draw(st.integers(1, TOP))))
+    if draw(st.booleans()):
+        warpers.append(TopPLogitsWarper(draw(st.sampled_from([0.5, 0.8, 0.95]))))
+    if draw(st.booleans()):
+        warpers.append(MinPLogitsWarper(draw(st.sampled_from([0.05, 0.2]))))
+    return logits, noise, LogitsProcessorList(warpers)
+
+
+def exact(logits, noise, processors):
+    """The race ``generate`` runs, and each row's support (the tokens its processors keep)."""
+    ids = torch.zeros(logits.shape[0], 1, dtype=torch.long)
+    scores = processors(ids, logits.clone())
+    probs = torch.softmax(scores, dim=-1)
+    return (probs / noise).argmax(-1).tolist(), torch.isfinite(scores)
+
+
+def picks(logits, processors, noise, nodes=None):
+    nodes = list(range(logits.shape[0])) if nodes is None else nodes
+    return NoiseRace.of(processors).picks(logits, nodes, noise).tolist()
+
+
+@given(races())
+def test_the_race_picks_the_exact_winner_where_the_support_fits(race):
+    logits, noise, processors = race
+    want, support = exact(logits, noise, processors)
+    got = picks(logits, processors, noise)
+    for k in range(logits.shape[0]):
+        assert support[k, got[k]], "a guess outside the support"
+        if int(support[k].sum()) <= TOP:
+            assert got[k] == want[k], (k, int(support[k].sum()))
+
+
+def test_generate_s_default_top_k_keeps_the_race_exact():
+    """``generate`` adds top_k=50 unless told otherwise: every support fits in the slice, so
+    the race agrees with the exact one on every row, flat logits included."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(400, 8192, generator=gen) * 0.5
+    noise = torch.empty(400, 8192).exponential_(generator=gen)
+    processors = LogitsProcessorList([TemperatureLogitsWarper(1.5), TopKLogitsWarper(50), TopPLogitsWarper(0.95)])
+    assert picks(logits, processors, noise) == exact(logits, noise, processors)[0]
+
+
+def test_nodes_pick_their_rows_and_noise_rows_go_in_order_bfloat16_included():
+    """Node i of the list races with noise row i, whatever row of the logits it reads; rows
+    past the noise's get their likeliest token; bfloat16 logits race as their float32 values."""
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 300, generator=gen) * 2
+    noise = torch.empty(2, 300).exponential_(generator=gen)
+    processors = LogitsProcessorList([TemperatureLogitsWarper(0.8), TopKLogitsWarper(50)])
+    nodes = [4, 1, 3]
+    want = exact(logits[nodes[:2]], noise, processors)[0] + [int(logits[3].argmax())]
+    assert picks(logits, processors, noise, nodes) == want
+    half = logits.bfloat16()
+    assert picks(half, processors, noise, nodes) == picks(half.float(), processors, noise, nodes)
+
+
+def test_without_noise_a_guess_is_the_likeliest_token_and_processors_are_checked():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]])
+    assert picks(logits, LogitsProcessorList([TemperatureLogitsWarper(0.7)]), None) == [1]
+    penalty = LogitsProcessorList([TemperatureLogitsWarper(0.7), RepetitionPenaltyLogitsProcessor(1.3)])
+    assert NoiseRace.of(penalty) is None
+    reordered = LogitsProcessorList([TopPLogitsWarper(0.9), TopKLogitsWarper(5)])
+    assert NoiseRace.of(reordered) is None
+    assert NoiseRace.of(LogitsProcessorList([TopKLogitsWarper(5), TopKLogitsWarper(3)])) is None
+    assert NoiseRace.of(LogitsProcessorList()) == NoiseRace()
+
+
+def test_a_guess_with_the_rule_s_known_noise_is_the_token_the_rule_then_emits():
+    """Raced with ``SamplingRule.noise_ahead``, a guess for the k-th token from now is the
+    token the seeded rule emits there; so is ``SamplingRule.guesses``' exact race, which runs
+    where the processors are not the race's (a repetition penalty)."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 500) * 2
+    sequence = torch.arange(6)[None]
+    fast = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(50), TopPLogitsWarper(0.9)])
+    slow = LogitsProcessorList([TemperatureLogitsWarper(0.7), RepetitionPenaltyLogitsProcessor(1.3)])
+    for processors in (fast, slow):
+        for ahead in range(3):
+            rule = SamplingRule(processors, torch.Generator().manual_seed(7))
+            rule.start(logits)
+            nodes = [2] * ahead + [1]
+            if processors is fast:
+                guess = NoiseRace.of(processors).picks(logits, nodes, rule.noise_ahead(len(nodes)))[ahead]
+            else:
+                guess = rule.guesses(nodes, sequence)[ahead]
+            for _ in range(ahead):
+                rule(0, sequence, [])
+            assert rule(1, sequence, []).token == guess
