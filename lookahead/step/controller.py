@@ -54,6 +54,11 @@ SAMPLED_PRIOR_TOKENS = 1.5
 GUESS_HIT_SHARE = 0.4
 GATE_NODES = 16  # the largest step whose per-node price gates seeded sampling's budget (copy_length's default)
 EXPLORE_SHARE = 0.02  # the most of the forward cost the window's losing tries take, before backoff
+# consulting the budget costs a guessing step's overhead even where it feeds nothing: after
+# this many budget-decided steps in a row that fed nothing, plain steps stop consulting it
+# for as many steps, twice as many after each such run, up to QUIET_CAP
+EMPTY_RUN = 16
+QUIET_CAP = 64
 MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore_every
 
 
@@ -155,6 +160,9 @@ class ShapeController:
         self._trying = False  # whether the step being decided is a try
         self.frugal = frugal
         self._rates = {shape: self._rated(shape) for shape in self.guessing} | {PLAIN: 1.0}
+        self._empty = 0  # draft steps in a row that fed nothing
+        self._quiet = 0  # plain steps left that do not consult the budget
+        self._quiet_wait = EMPTY_RUN  # how long the next quiet spell lasts
 
     def _window_wait(self, explore_every: int, window_tokens: int) -> int:
         """Steps between the window's tries: what one costs beyond a plain step, over
@@ -212,7 +220,12 @@ class ShapeController:
         ``GATE_NODES``), costs less than a guess's chance of holding
         (``GUESS_HIT_SHARE x ceiling``, about 0.2 at T=0.7). So on a flat curve (a GPU's) and
         on this project's CPU in fp32 (a second token costs 0.35 of a forward more, the 3rd
-        to 7th nothing), not there in bf16, where each costs 0.25 more at best, overhead included."""
+        to 7th nothing), not there in bf16, where each costs 0.25 more at best, overhead included.
+        Where ``EMPTY_RUN`` draft steps in a row fed nothing, the next plain steps (as many,
+        twice as many after each such run, up to ``QUIET_CAP``) do not consult it; one that
+        feeds a node ends that doubling."""
+        if self._quiet:
+            return False  # it kept finding nothing: a consult costs a guessing step's work
         if ceiling == 1.0:
             return True
         return GUESS_HIT_SHARE * ceiling > self._node_price
@@ -240,6 +253,20 @@ class ShapeController:
             if explored:
                 lost = self.best() != shape
                 self._waits[shape] = min(2 * self._waits[shape], self._cap[shape]) if lost else self._base[shape]
+        self._track_consults(shape, fed)
         self.counts[shape] += 1
         for other in self.shapes:
             self._since[other] = 0 if other == shape else self._since[other] + 1
+
+    def _track_consults(self, shape: str, fed: float) -> None:
+        """Count the draft steps in a row that fed nothing, and start or run down a quiet
+        spell of the budget (see :meth:`budget_decides`)."""
+        if shape == PLAIN:
+            self._quiet = max(self._quiet - 1, 0)
+        elif shape == DRAFT and fed <= 1:
+            self._empty += 1
+            if self._empty >= EMPTY_RUN:
+                self._quiet, self._empty = self._quiet_wait, 0
+                self._quiet_wait = min(2 * self._quiet_wait, QUIET_CAP)
+        elif shape == DRAFT:
+            self._empty, self._quiet_wait = 0, EMPTY_RUN

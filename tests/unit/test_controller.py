@@ -217,3 +217,41 @@ def test_the_budget_decides_sampled_steps_only_where_a_guessed_node_is_cheap():
     price = c + linear.overhead / GATE_NODES
     assert not linear.budget_decides(0.99 * price / GUESS_HIT_SHARE)
     assert linear.budget_decides(1.01 * price / GUESS_HIT_SHARE)
+
+
+def test_a_budget_that_keeps_feeding_nothing_is_left_unconsulted_for_a_while():
+    """``EMPTY_RUN`` draft steps in a row that fed nothing start a quiet spell: that many plain
+    steps decide without the budget. The next run of empty consults doubles the spell (up to
+    ``QUIET_CAP``); a draft step that feeds a node ends the doubling."""
+    from lookahead.step.controller import EMPTY_RUN, QUIET_CAP
+
+    controller = ShapeController(CostCurve.linear(), draft=True)
+
+    def empty_run() -> None:
+        for _ in range(EMPTY_RUN):
+            assert controller.budget_decides(1.0)
+            controller.record(DRAFT, 1.0, 1.0)
+
+    def quiet_steps() -> int:
+        n = 0
+        while not controller.budget_decides(1.0):
+            controller.record(PLAIN, 1.0, 1.0)
+            n += 1
+        return n
+
+    empty_run()
+    assert quiet_steps() == EMPTY_RUN
+    empty_run()
+    assert quiet_steps() == 2 * EMPTY_RUN
+    for _ in range(4):
+        empty_run()
+        quiet_steps()
+    empty_run()
+    assert quiet_steps() == QUIET_CAP
+    controller.record(DRAFT, 2.0, 3.0)  # a consult that fed a node
+    empty_run()
+    assert quiet_steps() == EMPTY_RUN
+    for _ in range(EMPTY_RUN - 1):
+        controller.record(DRAFT, 1.0, 1.0)
+    controller.record(DRAFT, 1.0, 2.0)  # fed one node: the run of empty consults restarts
+    assert controller.budget_decides(1.0)
