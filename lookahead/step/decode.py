@@ -20,7 +20,7 @@ from lookahead.step import kernels
 from lookahead.step.cache import check_cache, commit, held_from, prepare_cache
 from lookahead.step.controller import DRAFT, FULL, PLAIN, ShapeController, rule_settings
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.host import fetch, upload, views, wait
+from lookahead.step.host import fetch, upload, views, wait, widen
 from lookahead.step.mask import attention_groups
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps
@@ -137,6 +137,7 @@ class Decoder:
             logits = self._timed(self.static.forward, step.ids, step.positions, step.mask, past_len)
         else:
             logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=step.positions)
+        logits = widen(logits)
         preds, top, scores = fetch(logits, proposer.successors.k if proposer.successors is not None else 0)
         if top is not None:
             proposer.successors.record(step.host_ids, top.numpy(), scores.numpy())

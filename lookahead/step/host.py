@@ -41,6 +41,16 @@ def views(*arrays: np.ndarray) -> list[torch.Tensor]:
     return [torch.from_numpy(a) for a in arrays]
 
 
+def widen(logits: torch.Tensor) -> torch.Tensor:
+    """A step's logits as the host reads them: on the CPU, half-precision rows widened to
+    float32 once (which holds every half value exactly), so the fetch, the walk's rules and
+    the guesses' race read one copy as views instead of converting rows each; elsewhere, and
+    float32 rows, as they are."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float16):
+        return logits.float()
+    return logits
+
+
 def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``(argmax, top-k, their logits)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
     tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it; the
