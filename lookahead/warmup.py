@@ -86,7 +86,7 @@ SIGNATURES = {
     "kernels.hide_at": (LOGITS, IDS, _array(types.float32), F64),
     "kernels.put_back": (LOGITS, IDS, _array(types.float32)),
 }
-SECONDS_PER_KERNEL = 0.4  # a cold compile, one core: 30 kernels in ~11 s on AVX-512 (15-20 s on AVX2)
+SECONDS_PER_KERNEL = 0.4  # a cold compile, one core (29 kernels took ~11 s on AVX-512, 15-20 s on AVX2)
 _done = False  # whether this process has warmed its kernels (numba keeps them per process)
 _helper: subprocess.Popen | None = None
 
