@@ -55,10 +55,8 @@ class NoiseRace:
         """The race for ``processors`` (``generate``'s sampling warpers, each at most once, in
         the order ``generate`` builds them), or None for any other list."""
         names = [type(p).__name__ for p in processors or ()]
-        if any(name not in _ORDER for name in names) or names != sorted(names, key=_ORDER.index):
-            return None
-        if len(set(names)) != len(names):
-            return None
+        if any(name not in _ORDER for name in names) or names != sorted(set(names), key=_ORDER.index):
+            return None  # another processor, one out of order, or one twice
         found = {type(p).__name__: p for p in processors or ()}
         top_k, top_p, min_p = (found.get(name) for name in _ORDER[1:])
         return NoiseRace(

@@ -15,9 +15,10 @@ arguments, and runs a top-k followed by a top-p from the row's top k alone:
     here                      the same tensor, built from ``torch.topk`` (k + 1 of V)
 
 The top-p's softmax, cumsum and threshold then run on a tensor identical to the warper's, so
-the removed set is the same bits. Where that cannot be promised (a tie at the k-th value, a
-tie split by the top-p boundary, whose side depends on the order ``torch.sort`` leaves ties
-in, a NaN, a batch of rows) the two warpers run as they are.
+the removed set is the same bits; entries tied with the k-th value, which the top-k keeps
+too, are taken in. Where the bits cannot be promised (a tie split by the top-p boundary,
+whose side depends on the order ``torch.sort`` leaves ties in, a NaN, a batch of rows, more
+than ``SMALL`` entries kept) the two warpers run as they are.
 """
 
 from __future__ import annotations
