@@ -34,8 +34,9 @@ from numba.core.registry import CPUDispatcher
 
 from lookahead.drafts import budget, kernels, race_kernels, suffix_kernels
 from lookahead.step import kernels as step_kernels
+from lookahead.verify import sort_kernels
 
-KERNEL_MODULES = (kernels, race_kernels, suffix_kernels, budget, step_kernels)
+KERNEL_MODULES = (kernels, race_kernels, suffix_kernels, budget, step_kernels, sort_kernels)
 
 
 def _array(dtype, ndim: int = 1):
@@ -62,6 +63,8 @@ SIGNATURES = {
     "kernels.successor_margin": (_array(types.int32, 2), LOGITS, I64, LOGITS, F64),
     "kernels.merge_trie": (IDS, _array(I64, 2), I64, I64),
     "race_kernels.race_top": (LOGITS, IDS, LOGITS, F64, I64, F64, I64, F64, I64, IDS),
+    "sort_kernels.sort_rows": (LOGITS, LOGITS),
+    "sort_kernels.cut_values": (LOGITS, IDS, _array(types.float32)),
     "kernels.step_layout": (IDS, _array(B, 2), IDS, IDS, _array(B, 2)),
     "kernels.greedy_path": (IDS, I64, IDS, IDS, IDS, IDS),
     "suffix_kernels._partition": (IDS32, I64, B, IDS, IDS, I64, I64, I64),
