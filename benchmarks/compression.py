@@ -5,11 +5,12 @@ calibration, or a flat bf16 one) a run gives the same forwards on any machine, b
 so changes to the drafts can be compared without timing. Wall-clock speed-ups: lookahead bench.
 
     python benchmarks/compression.py --limit 20 [--dtype bfloat16] [--sample] [--check] [--set window=0]
-        [--curve avx2-bfloat16] [--prompts adversarial] [--temperature 1.5]
+        [--curve avx2-bfloat16] [--price bfloat16-decode] [--prompts adversarial] [--temperature 1.5]
 
 ``modeled_speedup`` is the tokens over the steps' summed cost by that curve (a guessing
 step's overhead included), read off the controller's own records: what the run would gain
-were the curve exact.
+were the curve exact. ``--price`` sums the steps' costs by another curve than the one the
+controller decides by: what its choices give where forwards cost what that curve says.
 """
 
 import argparse
@@ -33,6 +34,7 @@ ap.add_argument("--top-p", type=float, default=0.95)
 ap.add_argument("--set", action="append", default=[])
 ap.add_argument("--check", action="store_true")
 ap.add_argument("--curve", default=None, help="a name in benchmarks/curves.py (default: the dtype)")
+ap.add_argument("--price", default=None, help="a curve in benchmarks/curves.py for modeled_speedup (default: --curve)")
 ap.add_argument("--prompts", default="humaneval")
 ap.add_argument("--keep-pool", action="store_true", help="one pool kept across the prompts (lookahead_pool)")
 a = ap.parse_args()
@@ -40,13 +42,14 @@ torch.set_num_threads(1)
 dtype = getattr(torch, a.dtype)
 model, tok = lookahead.load_default_model(dtype=dtype)
 curve = CURVES[a.curve or a.dtype]
+price = CURVES[a.price] if a.price else curve  # what steps really cost, where it differs from what they are priced at
 paid = [0.0, 0.0]  # tokens, cost: every step the controller recorded
 _record = ShapeController.record
 
 
 def record(self, shape, accepted, fed):
     paid[0] += accepted
-    paid[1] += self.costs(fed) + (self.overhead if shape != PLAIN else 0.0)
+    paid[1] += price(fed) + (self.overhead if shape != PLAIN else 0.0)
     return _record(self, shape, accepted, fed)
 
 
@@ -85,6 +88,7 @@ print(
             "dtype": a.dtype,
             "sample": a.sample,
             "curve": a.curve or a.dtype,
+            "price": a.price or a.curve or a.dtype,
             "tpf": round(tot.tokens_per_forward, 4),
             "modeled_speedup": round(paid[0] / paid[1], 4) if paid[1] else None,
             "new": tot.new_tokens,
