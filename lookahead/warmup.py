@@ -63,6 +63,7 @@ SIGNATURES = {
     "kernels.successor_margin": (_array(types.int32, 2), LOGITS, I64, LOGITS, F64),
     "kernels.merge_trie": (IDS, _array(I64, 2), I64, I64),
     "race_kernels.race_top": (LOGITS, IDS, LOGITS, F64, I64, F64, I64, F64, I64, IDS),
+    "race_kernels.row_lse": (_array(types.float32), F64, types.float32),
     "sort_kernels.sort_rows": (LOGITS, LOGITS),
     "sort_kernels.cut_values": (LOGITS, IDS, _array(types.float32)),
     "kernels.step_layout": (IDS, _array(B, 2), IDS, IDS, _array(B, 2)),

@@ -29,17 +29,18 @@ def _top(row, vals, idx):
     return filled
 
 
-@njit(cache=True, inline="always")
-def _row_lse(row, inv_temp):
-    """log sum exp(row / T) over the whole row."""
-    m = -np.inf
+@njit(cache=True, fastmath={"reassoc"})
+def row_lse(row, inv_temp, top):
+    """log sum exp(row / T) over the whole row (float32 ``[V]``, its maximum ``top``), in
+    float32 arithmetic summed in any order (``reassoc`` lets the sum run in vector lanes): a
+    guess's top-p mass needs no more, and the whole row's exponentials are most of a raced
+    row's cost under a top-p (62 us in float64 at V = 8192, under 24 us so)."""
+    t = np.float32(inv_temp)
+    m = np.float32(top) * t
+    total = np.float32(0.0)
     for j in range(row.shape[0]):
-        if row[j] * inv_temp > m:
-            m = row[j] * inv_temp
-    total = 0.0
-    for j in range(row.shape[0]):
-        total += np.exp(row[j] * inv_temp - m)
-    return m + np.log(total)
+        total += np.exp(row[j] * t - m)
+    return np.float64(m) + np.log(np.float64(total))
 
 
 @njit(cache=True)
@@ -69,7 +70,7 @@ def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_m
         tail = n < row.shape[0] and (top_k <= 0 or top_k > n)  # tokens past the slice still in
         if top_p < 1.0:
             if tail:
-                norm = _row_lse(row, inv_temp)
+                norm = row_lse(row, inv_temp, vals[0])
             else:
                 peak = vals[0] * inv_temp
                 total = 0.0
