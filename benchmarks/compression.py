@@ -31,6 +31,7 @@ ap.add_argument("--tokens", type=int, default=128)
 ap.add_argument("--sample", action="store_true")
 ap.add_argument("--temperature", type=float, default=0.7)
 ap.add_argument("--top-p", type=float, default=0.95)
+ap.add_argument("--top-k", type=int, default=0, help="0 (none), as lookahead bench samples")
 ap.add_argument("--set", action="append", default=[])
 ap.add_argument("--check", action="store_true")
 ap.add_argument("--curve", default=None, help="a name in benchmarks/curves.py (default: the dtype)")
@@ -68,7 +69,7 @@ for i, p in enumerate(chosen):
     ids = torch.tensor([P.encode(p, tok, 1024 - a.tokens)])
     kw = dict(max_new_tokens=a.tokens, attention_mask=torch.ones_like(ids), pad_token_id=tok.pad_token_id)
     if a.sample:
-        kw.update(do_sample=True, temperature=a.temperature, top_p=a.top_p)
+        kw.update(do_sample=True, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k)
     torch.manual_seed(i)
     with torch.no_grad():
         kept = {"lookahead_pool": pool} if pool is not None else {}
