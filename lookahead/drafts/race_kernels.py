@@ -29,17 +29,27 @@ def _top(row, vals, idx):
     return filled
 
 
-@njit(cache=True, fastmath={"reassoc"})
+@njit(cache=True, fastmath={"reassoc", "contract"})
 def row_lse(row, inv_temp, top):
-    """log sum exp(row / T) over the whole row (float32 ``[V]``, its maximum ``top``), in
-    float32 arithmetic summed in any order (``reassoc`` lets the sum run in vector lanes): a
-    guess's top-p mass needs no more, and the whole row's exponentials are most of a raced
-    row's cost under a top-p (62 us in float64 at V = 8192, under 24 us so)."""
+    """log sum exp(row / T) over the whole row (float32 ``[V]``, its maximum ``top``), to
+    about 1e-5: a guess's top-p mass needs no more, and the whole row's exponentials are most
+    of a raced row's cost under a top-p. Each ``e^y`` (``y <= 0``, clamped at -87, where
+    float32 underflows) is ``(e^(y/256))^256``: a degree-5 Taylor polynomial at
+    ``|y/256| <= 0.34``, squared 8 times. That is multiplies and adds only, which run in
+    vector lanes (the sum too: ``reassoc``), where numba's ``exp`` calls libm once an entry:
+    2.6 us a row at V = 8192 against 24 us."""
     t = np.float32(inv_temp)
     m = np.float32(top) * t
     total = np.float32(0.0)
     for j in range(row.shape[0]):
-        total += np.exp(row[j] * t - m)
+        y = max(row[j] * t - m, np.float32(-87.0)) * np.float32(1.0 / 256.0)
+        e = np.float32(1.0) + y * (
+            np.float32(1.0)
+            + y * (np.float32(0.5) + y * (np.float32(1 / 6) + y * (np.float32(1 / 24) + y * np.float32(1 / 120))))
+        )
+        for _ in range(8):
+            e = e * e
+        total += e
     return np.float64(m) + np.log(np.float64(total))
 
 

@@ -2,6 +2,7 @@
 token the exact race (``generate``'s processors over the whole vocabulary, then
 ``argmax(softmax / q)``) picks, wherever the support lies within those scores."""
 
+import numpy as np
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ from transformers import (
 )
 
 from lookahead.drafts.noise_race import NoiseRace
-from lookahead.drafts.race_kernels import TOP
+from lookahead.drafts.race_kernels import TOP, row_lse
 from lookahead.verify.rules import SamplingRule
 
 
@@ -59,6 +60,21 @@ def test_the_race_picks_the_exact_winner_where_the_support_fits(race):
         assert support[k, got[k]], "a guess outside the support"
         if int(support[k].sum()) <= TOP:
             assert got[k] == want[k], (k, int(support[k].sum()))
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from([0.1, 1.0, 4.0, 30.0]), st.sampled_from([0.5, 1.0, 1.5]))
+def test_the_row_s_log_sum_exp_holds_to_1e_5(seed, scale, temperature):
+    """The race's whole-row normaliser (a polynomial exp in vector lanes) against torch's in
+    float64, over plain, bfloat16 and partly -inf rows."""
+    gen = torch.Generator().manual_seed(seed)
+    row = torch.randn(8192, generator=gen) * scale
+    if seed % 2:
+        row = row.bfloat16().float()
+    if seed % 3 == 0:
+        row[torch.randint(0, 8192, (4000,), generator=gen)] = float("-inf")
+    got = row_lse(row.numpy(), 1.0 / temperature, np.float32(row.max().item()))
+    want = torch.logsumexp(row.double() / temperature, 0).item()
+    assert abs(got - want) <= 1e-5
 
 
 def test_generate_s_default_top_k_keeps_the_race_exact():
