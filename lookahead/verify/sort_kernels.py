@@ -1,5 +1,5 @@
-"""A float32 row sort for ``verify.warpers``' top-p: the values ``torch.sort`` gives, in a
-tenth of its time.
+"""A float32 row sort for ``verify.warpers``' top-p: the values ``torch.sort`` gives, in an
+eighth of its time.
 
 A top-p needs a row's values in ascending order (its softmax and cumsum run over them), not
 their ids: a value's side of the boundary follows from the value. ``torch.sort`` over
