@@ -77,6 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     ap.add_argument(
         "--variants",
         default=",".join([*VARIANTS, "kept-pool"]),
@@ -122,7 +123,7 @@ def run_mode(args, mode: str, names: list[str]) -> dict:
     from lookahead.cli.options import load_index
 
     dtype, sampled = MODES[mode]
-    model, tokenizer = loading.load(None, dtype, "cpu")
+    model, tokenizer = loading.load(None, dtype, args.device)
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
     encoded = [prompts.encode(p, tokenizer, loading.max_prompt_len(model, args.max_new_tokens)) for p in chosen]
     sample = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, seed=args.seed) if sampled else {}
@@ -137,7 +138,7 @@ def run_mode(args, mode: str, names: list[str]) -> dict:
         "mode": mode,
         "model_name": loading.model_name(None),
         "dtype": dtype,
-        "device": "cpu",
+        "device": str(next(model.parameters()).device),
         "threads": torch.get_num_threads(),
         "prompts": args.prompts,
         "n_prompts": len(chosen),
