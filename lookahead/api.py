@@ -19,6 +19,7 @@ from lookahead.stats import LookaheadStats
 from lookahead.step.batch import batch_decode
 from lookahead.step.costmodel import CostCurve, cost_curve
 from lookahead.step.decode import lookahead_decode
+from lookahead.step.sdpa import without_cudnn
 from lookahead.step.static import static_steps
 from lookahead.step.stopping import stop_strings_to_criteria
 from lookahead.support import Unsupported, check_model, check_request, plain_generate
@@ -161,30 +162,33 @@ def custom_generate(
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     rows = input_ids.shape[0]
     rule = rule_for(generation_config, logits_processor, lookahead_generator, rows, keep_scores or keep_logits)
-    costs = _costs(model, config, lookahead_costs, rows)
-    static = static_steps(model, input_ids, model_kwargs, generation_config, config)
-    if static is not None:
-        given, sharded = lookahead_costs is not None, distributed.is_sharded(model)
-        costs = static.ready(costs, rows, given=given, sharded=sharded, stats=stats)
-    decoding = dict(rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats, pool=lookahead_pool)
-    decoding.update(costs=costs, static=static, index=lookahead_index, keep_scores=keep_scores, keep_logits=keep_logits)
-    if rows > 1:
-        sequences, scores, logits = batch_decode(
-            model,
-            input_ids,
-            attention_mask=model_kwargs.get("attention_mask"),
-            pad=_pad_token(generation_config),
-            pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
-            **decoding,
+    with without_cudnn(model, config.cudnn_attention):  # calibration and decode alike
+        costs = _costs(model, config, lookahead_costs, rows)
+        static = static_steps(model, input_ids, model_kwargs, generation_config, config)
+        if static is not None:
+            given, sharded = lookahead_costs is not None, distributed.is_sharded(model)
+            costs = static.ready(costs, rows, given=given, sharded=sharded, stats=stats)
+        decoding = dict(rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats, pool=lookahead_pool)
+        decoding.update(
+            costs=costs, static=static, index=lookahead_index, keep_scores=keep_scores, keep_logits=keep_logits
         )
-        return _output(generation_config, stats, started, sequences, scores, logits, None)
-    if streamer is not None:
-        streamer.put(input_ids.cpu())
-    try:
-        seq = lookahead_decode(model, input_ids, streamer=streamer, **decoding, **model_kwargs)
-    finally:
+        if rows > 1:
+            sequences, scores, logits = batch_decode(
+                model,
+                input_ids,
+                attention_mask=model_kwargs.get("attention_mask"),
+                pad=_pad_token(generation_config),
+                pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
+                **decoding,
+            )
+            return _output(generation_config, stats, started, sequences, scores, logits, None)
         if streamer is not None:
-            streamer.end()
+            streamer.put(input_ids.cpu())
+        try:
+            seq = lookahead_decode(model, input_ids, streamer=streamer, **decoding, **model_kwargs)
+        finally:
+            if streamer is not None:
+                streamer.end()
     cache = model_kwargs.get("cache")
     return _output(generation_config, stats, started, seq.ids.clone(), seq.scores, seq.logits, cache)
 

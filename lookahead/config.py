@@ -70,6 +70,14 @@ class LookaheadConfig:
         on_unsupported: what to do with a model whose attention cannot take the lookahead mask:
             ``"error"`` raises ``NotImplementedError``; ``"fallback"`` warns and runs plain
             ``model.generate``.
+        cudnn_attention: on CUDA, let ``sdpa`` run cuDNN's attention kernel where PyTorch
+            would pick it (half precision on recent GPUs). PyTorch builds a cuDNN plan for
+            every new pair of query and key lengths, and a decode meets a new one every step:
+            on an H200 (torch 2.11) a bf16 forward of the embedded model took 21 ms with it
+            against 4.8 ms without, plain ``generate``'s too. False (the default) runs
+            lookahead's forwards on sdpa's other kernels (flash, memory-efficient, math); the
+            setting is restored when the call returns. Greedy fp32 outputs are unaffected
+            (cuDNN's attention takes half precision only).
     """
 
     window: int = 4
@@ -86,6 +94,7 @@ class LookaheadConfig:
     adaptive: bool = True
     static_buckets: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
     on_unsupported: str = "error"
+    cudnn_attention: bool = False
 
     def __post_init__(self) -> None:
         _check_int("window", self.window, 0, 256)
@@ -105,7 +114,7 @@ class LookaheadConfig:
             raise ValueError(
                 f"LookaheadConfig.on_unsupported must be one of {ON_UNSUPPORTED}, got {self.on_unsupported!r}"
             )
-        for flag in ("prompt_ngrams", "adaptive"):
+        for flag in ("prompt_ngrams", "adaptive", "cudnn_attention"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"LookaheadConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
         buckets = self.static_buckets

@@ -16,6 +16,7 @@ import torch
 from lookahead.bench import probes
 from lookahead.checking.request import Request
 from lookahead.config import ENGINE_METHODS
+from lookahead.step.sdpa import without_cudnn
 
 
 class MethodUnavailable(RuntimeError):
@@ -240,7 +241,9 @@ def measure(name: str, model, input_ids: torch.Tensor, settings: Settings) -> Ru
     torch.manual_seed(settings.seed)
     probes.reset_peak_memory(model)
     probes.synchronize(model)
-    with probes.ForwardProbe(model) as probe, torch.inference_mode():
+    # every method on the kernels lookahead's forwards run on: the speed-ups compare decoding alone
+    allow_cudnn = bool(settings.config_fields.get("cudnn_attention", False))
+    with probes.ForwardProbe(model) as probe, torch.inference_mode(), without_cudnn(model, allow_cudnn):
         t0 = time.perf_counter()
         out, stats = fn(model, input_ids, settings)
         probes.synchronize(model)

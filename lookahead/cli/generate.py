@@ -18,6 +18,7 @@ from lookahead.checking.exactness import first_difference, full_precision
 from lookahead.checking.request import Request
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.drafts.suffix import SuffixIndex
+from lookahead.step.sdpa import without_cudnn
 from lookahead.verify.race import is_flip, race_verdict
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
@@ -84,9 +85,10 @@ def run_command(args) -> int:
     index = options.load_index(args.index, model, tokenizer)
     to_stdout = args.json == options.STDOUT
     try:
-        outcome = run(
-            model, tokenizer, prompt, settings, config, stream=not to_stdout, compare=args.compare, index=index
-        )
+        with without_cudnn(model, config.cudnn_attention):  # --compare's generate on lookahead's kernels
+            outcome = run(
+                model, tokenizer, prompt, settings, config, stream=not to_stdout, compare=args.compare, index=index
+            )
     except lookahead.Unsupported as err:
         raise UsageError(f"lookahead cannot serve this model: {err}") from err
     if not to_stdout:

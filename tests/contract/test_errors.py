@@ -29,6 +29,7 @@ from lookahead import LookaheadConfig, Unsupported
         ("copy_match", 0, ValueError),
         ("context_tokens", 3, ValueError),
         ("adaptive", "yes", TypeError),
+        ("cudnn_attention", 1, TypeError),
     ],
 )
 def test_invalid_config_names_the_field(field, value, error):
