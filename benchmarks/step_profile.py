@@ -53,12 +53,8 @@ def main(argv=None) -> int:
             for _ in range(args.rounds):
                 for prompt in ids:
                     for name, config in variants.items():
-                        forward_s, forwards, tokens, wall_s = _decode(model, prompt, config, kwargs)
-                        row = totals[name]
-                        row[0] += forward_s
-                        row[1] += forwards
-                        row[2] += tokens
-                        row[3] += wall_s
+                        run = _decode(model, prompt, config, kwargs)
+                        totals[name] = [total + part for total, part in zip(totals[name], run)]
         unit = totals["greedy"][0] / totals["greedy"][1]
         print(f"\n== {dtype} on {model.device}: mean forward per step (ms), against greedy's")
         for name, (forward_s, forwards, tokens, wall_s) in totals.items():
@@ -74,27 +70,21 @@ def main(argv=None) -> int:
 def _decode(model, ids, config, kwargs) -> tuple[float, int, int, float]:
     """One decode: (forward seconds, forwards, new tokens, wall seconds)."""
     import lookahead
+    from lookahead.bench.probes import synchronize
 
-    _sync(model)
+    synchronize(model)
     started = time.perf_counter()
     if config is None:
         out = model.generate(ids, do_sample=False, **kwargs)
-        _sync(model)
+        synchronize(model)
         wall = time.perf_counter() - started
         new = out.shape[1] - ids.shape[1]
         return wall, new, new, wall  # greedy's forwards, timed whole: its per-step host work is small
     stats = lookahead.LookaheadStats()
     out = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
-    _sync(model)
+    synchronize(model)
     wall = time.perf_counter() - started
     return stats.forward_s, stats.forwards, out.shape[1] - ids.shape[1], wall
-
-
-def _sync(model) -> None:
-    import torch
-
-    if model.device.type == "cuda":
-        torch.cuda.synchronize(model.device)
 
 
 def _profile(model, ids, config, kwargs, rows: int, dtype: str) -> None:
