@@ -7,7 +7,8 @@ Up to four shapes compete:
   (``budget.DraftBudget``: copy, pool, recycled successors), which may be none;
 - ``lean``: root + every guess source but the window, whole (where no budget weighs them:
   the decoder has no copy guess);
-- ``plain``: the root alone, i.e. plain decoding (one token, the cheapest forward).
+- ``plain``: the root alone, i.e. plain decoding (one token: the cheapest forward but where
+  the curve says two cost less, see ``CostCurve.from_times``).
 
 Each guessing shape keeps moving averages of the tokens it accepted per step and of the
 tokens it fed; its rate is ``tokens / (cost(fed) + overhead)``, with ``cost`` the model's
@@ -218,9 +219,9 @@ class ShapeController:
         a draft rate measured from them is the priors', so it cannot gate this); that pays
         where a guessed node, fed in the step size where nodes are cheapest (up to
         ``GATE_NODES``), costs less than a guess's chance of holding
-        (``GUESS_HIT_SHARE x ceiling``, about 0.2 at T=0.7). So on a flat curve (a GPU's) and
-        on this project's CPU in fp32 (a second token costs 0.35 of a forward more, the 3rd
-        to 7th nothing), not there in bf16, where each costs 0.25 more at best, overhead included.
+        (``GUESS_HIT_SHARE x ceiling``, about 0.2 at T=0.7). So on a flat curve (a GPU's), on
+        this project's CPU in fp32 (a second token costs 0.35 of a forward more, the 3rd to 7th
+        nothing) and in bf16 there (two tokens cost 0.92-0.98 of one: a node pays by itself).
         Where ``EMPTY_RUN`` draft steps in a row fed nothing, the next plain steps (as many,
         twice as many after each such run, up to ``QUIET_CAP``) do not consult it; one that
         feeds a node ends that doubling."""

@@ -45,7 +45,8 @@ class CostCurve:
 
     Attributes:
         sizes: increasing query lengths, the first 1.
-        costs: measured relative costs at ``sizes`` (``costs[0] == 1``), non-decreasing.
+        costs: measured relative costs at ``sizes`` (``costs[0] == 1``), non-decreasing
+            from the second size on; that one may cost less than 1 (see :meth:`from_times`).
         unit_s: seconds of a one-token forward where measured (0.0: unknown); it prices the
             decoder's own per-step work in forward units.
     """
@@ -69,13 +70,20 @@ class CostCurve:
 
     @classmethod
     def from_times(cls, sizes, seconds) -> CostCurve:
-        """From measured seconds per size, made non-decreasing (noise cannot make more
-        tokens cheaper) and relative to the one-token forward."""
-        costs, top = [], 0.0
-        for s in seconds:
+        """From measured seconds per size, relative to the one-token forward and made
+        non-decreasing from the second size on (noise cannot make more tokens cheaper).
+
+        The one-token forward is no floor: it may run other kernels than wider ones. On an
+        AVX-512 CPU in bfloat16, PyTorch's sdpa attends one query with a slower kernel than
+        two (140 against 55 microseconds a layer, 6 heads of 64 over 300 keys, torch 2.13),
+        and the embedded model's two-token forward costs 0.92-0.98 of its one-token one. A
+        guessed node there is cheaper than free, and the draft budget feeds it."""
+        unit = float(seconds[0])
+        costs, top = [1.0], 0.0
+        for s in seconds[1:]:
             top = max(top, float(s))
-            costs.append(top / float(seconds[0]))
-        return cls(tuple(int(k) for k in sizes), tuple(costs), float(seconds[0]))
+            costs.append(top / unit)
+        return cls(tuple(int(k) for k in sizes), tuple(costs), unit)
 
     def __call__(self, k: float) -> float:
         sizes, costs = self.sizes, self.costs
@@ -140,7 +148,8 @@ def curve_key(model, rows: int = 1) -> str:
         str(torch.get_num_threads()),
         torch.__version__,
         str(getattr(model.config, "_attn_implementation", None)),
-        "masked steps at two contexts, median after warm-up",  # how calibrate measures: older curves are not reused
+        # how calibrate measures and reads its times: older curves are not reused
+        "masked steps at two contexts, median after warm-up, one token no floor",
     ]
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were

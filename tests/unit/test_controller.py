@@ -105,6 +105,13 @@ def test_cost_curve_interpolates_and_extrapolates():
     assert CostCurve.from_dict(curve.as_dict()) == curve
 
 
+def test_a_wider_forward_may_cost_less_than_one_token():
+    """Two tokens measured cheaper than one stay so (a one-query attention kernel can be the
+    slower one); from two tokens on, noise still cannot make more tokens cheaper."""
+    curve = CostCurve.from_times((1, 2, 4, 8), (0.010, 0.009, 0.0085, 0.011))
+    assert curve.costs == pytest.approx((1.0, 0.9, 0.9, 1.1)) and curve(1) == 1.0 and curve(3) == pytest.approx(0.9)
+
+
 def test_random_prompt_backs_off_and_stays_exact():
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[7, 30, 12, 41, 3, 19, 25, 8, 44, 16]])
