@@ -20,7 +20,8 @@ class LookaheadStats:
         pool_lookups / pool_hits: steps that asked the pool / that got at least one guess.
         guess_tokens: tokens fed as guesses (window + candidates), summed over steps.
         source_tokens: accepted guessed tokens by the source whose guess matched them
-            (``window``, ``copy``, ``pool``, ``successors``; ties go to the first in that order).
+            (``window``, ``copy``, ``pool``, ``successors``, ``filler``: see ``CostCurve.from_times``;
+            ties go to the first in that order).
         lean_steps: steps that ran without the window (lean or plain: the controller backed off).
         window_steps: steps that fed a guess of the Jacobi window (its levels, or the draft
             budget's choice of its free-iteration row).

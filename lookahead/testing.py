@@ -22,6 +22,7 @@ from lookahead.config import LookaheadConfig
 __all__ = [
     "cases",
     "configs",
+    "cost_curves",
     "eos_ids",
     "max_new_tokens",
     "model_token_ids",
@@ -121,6 +122,20 @@ def configs(max_window: int = 16, max_ngram: int = 7, max_guesses: int = 16) -> 
         context_tokens=st.sampled_from([1, 2]),
         adaptive=st.booleans(),
     )
+
+
+@st.composite
+def cost_curves(draw):
+    """``CostCurve`` objects to pass as ``lookahead_costs=``: a two-token forward costing 0.8 to
+    1.5 one-token ones (below 1 the decoder never feeds one token alone, see
+    ``CostCurve.from_times``), rising from there by 0 to 0.3 per token, no unit time (so no
+    per-step overhead is priced)."""
+    from lookahead.step.costmodel import CostCurve
+
+    two = draw(st.sampled_from([0.8, 0.95, 1.0, 1.1, 1.5]))
+    slope = draw(st.sampled_from([0.0, 0.02, 0.1, 0.3]))
+    sizes = (1, 2, 4, 8, 16)
+    return CostCurve(sizes, (1.0, *(two + slope * (k - 2) for k in sizes[1:])))
 
 
 def max_new_tokens(low: int = 1, high: int = 48) -> st.SearchStrategy[int]:

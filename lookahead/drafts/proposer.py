@@ -47,6 +47,11 @@ SUCCESSOR_SOURCE = tuple(("successors", first, 0.6) for first in (0.4, 0.55, 0.7
 # the window's free Jacobi iteration: right after one wrong token the model's next prediction
 # held 23% of the time on the embedded model (docs/benchmarks.md, WINDOW_SOURCE)
 WINDOW_SOURCE = (("window", 0.25, 0.5),)
+# where the curve prices a two-token step below a one-token one (bf16 on an AVX-512 CPU, see
+# ``CostCurve.from_times``), a step that found no guess feeds the text's commonest recent
+# token as one: the forward costs less with it, and now and then it holds
+FILLER_SOURCE = (("filler", 0.05, 0.0),)
+FILLER_SPAN = 256  # the newest tokens the filler counts
 
 
 class Proposer:
@@ -84,6 +89,7 @@ class Proposer:
                 else NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
             )
         self.drafter = self.budget = None
+        self.filler = None  # the budget's source index of the filler, where the curve wants one
         if config.uses_copy:
             kept = self.pool
             self.drafter = CopyDrafter(
@@ -97,6 +103,8 @@ class Proposer:
                 # the window first: a node it shares with another source learns (and is credited) as its
                 sources = WINDOW_SOURCE * (config.window > 0) + POOL_SOURCES * config.uses_pool
                 sources += SUCCESSOR_SOURCE * config.uses_successors
+                if costs(2) + overhead < 1.0:
+                    self.filler, sources = len(sources), sources + FILLER_SOURCE
                 self.budget = DraftBudget(config.copy_length, costs, overhead, sources, config.ngram - 1)
                 if pool is not None:  # a kept (or a batch's) pool: start from what earlier requests learnt
                     sampled = getattr(rule, "noise_ahead", None) is not None
@@ -207,7 +215,10 @@ class Proposer:
         if self.budget is not None:
             self.budget.scale_priors(self.rule.ceiling)
             rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
-            return self.budget.plan(self.drafter.tree(seq.array()), rows)
+            copy = self.drafter.tree(seq.array())
+            if self.filler is not None and not rows and not copy[0].size:
+                rows = [(self.filler, _commonest(seq.array()[-FILLER_SPAN:]))]
+            return self.budget.plan(copy, rows)
         if self.drafter is not None:
             parts.insert(0, ("copy", self.drafter.propose(seq.array())))
         parts = [(name, rows) for name, rows in parts if rows.size]
@@ -305,6 +316,12 @@ class Proposer:
         self.learn_text(seq, accepted)
         if self.budget is not None:
             self.budget.learn(seq.tokens[-accepted:])
+
+
+def _commonest(text: np.ndarray) -> np.ndarray:
+    """The commonest token of ``text`` (int64 ``[n]``, n >= 1; the first of a tie) as one row
+    ``[1, 1]``."""
+    return np.array([[np.bincount(text).argmax()]], dtype=np.int64)
 
 
 def _stack_rows(parts: list[np.ndarray]) -> np.ndarray | None:

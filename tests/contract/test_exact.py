@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookahead
+from lookahead import testing
 
 from strategies import configs, eos_ids, max_new_tokens, prompts, repetitive_prompts
 from tiny_models import CASES, FAMILIES, tiny_model
@@ -29,6 +30,20 @@ def test_equals_greedy(family, backend, ids, config, new, eos):
     assert stats.new_tokens == expected.shape[1] - ids.shape[1]
     assert stats.forwards == stats.steps + 1
     assert sum(k * n for k, n in enumerate(stats.accepted)) + 1 == stats.new_tokens
+
+
+@given(ids=prompts, config=configs, curve=testing.cost_curves(), new=max_new_tokens, eos=eos_ids)
+def test_equals_greedy_on_any_cost_curve(ids, config, curve, new, eos):
+    """Whatever the forwards cost, the tokens are greedy's; where two tokens cost less than
+    one, a decoder with a draft budget feeds no step its root alone (the filler fills it)."""
+    model = tiny_model("llama", "sdpa")
+    kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
+    stats = lookahead.LookaheadStats()
+    kwargs.update(lookahead_config=config, lookahead_costs=curve)
+    got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)
+    assert got.tolist() == greedy(model, ids, max_new_tokens=new, eos_token_id=eos, pad_token_id=0).tolist()
+    if curve(2) < 1 and config.uses_copy and config.adaptive:
+        assert stats.plain_steps == 0 and stats.guess_tokens >= stats.steps
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -65,6 +65,29 @@ def test_one_sequence_equals_seeded_generate(case, prompt, config, options, eos,
 
 
 @given(
+    rows=batch_rows(max_rows=3),
+    config=configs,
+    curve=testing.cost_curves(),
+    options=testing.sampling_options(),
+    new=st.integers(1, 32),
+    seed=st.integers(0, 2**16),
+)
+def test_seeded_generate_on_any_cost_curve(rows, config, curve, options, new, seed):
+    """The seeded tokens whatever the forwards cost, one sequence or a batch; where two tokens
+    cost less than one, a single sequence's steps never feed the root alone."""
+    model = tiny_model("llama", "sdpa")
+    ids, mask = left_pad(rows)
+    kwargs = dict(do_sample=True, attention_mask=mask, max_new_tokens=new, pad_token_id=PAD, **options)
+    stats = lookahead.LookaheadStats()
+    expected, _ = seeded(model.generate, seed, ids, eos_token_id=None, **kwargs)
+    mine = dict(lookahead_config=config, lookahead_costs=curve, lookahead_stats=stats, eos_token_id=None)
+    got, _ = seeded(lookahead.generate, seed, model, ids, **mine, **kwargs)
+    assert got.tolist() == expected.tolist()
+    if curve(2) < 1 and config.uses_copy and config.adaptive and len(rows) == 1:
+        assert stats.plain_steps == 0
+
+
+@given(
     case=st.sampled_from(CASES),
     rows=batch_rows(max_rows=4),
     config=configs,

@@ -22,7 +22,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 
 import lookahead
 from lookahead.drafts import kernels
-from lookahead.drafts.proposer import Proposer, _stack_rows
+from lookahead.drafts.proposer import Proposer, _commonest, _stack_rows
 from lookahead.drafts.tree import GuessTree
 from lookahead.stats import LookaheadStats
 from lookahead.step.costmodel import CostCurve
@@ -327,6 +327,34 @@ def test_copy_guess_feeds_what_pays(per_token):
             assert max(steps) > 8 and len(steps) < 24
         else:
             assert set(steps) == {1}
+
+
+@pytest.mark.parametrize("two", [0.9, 1.1])
+def test_a_step_without_guesses_feeds_a_filler_where_two_tokens_cost_less(two):
+    """On random text a copy-only decoder often finds no guess. Where the curve prices two
+    tokens below one (a one-query attention kernel slower than a two-query one), such a step
+    feeds the text's commonest token after the root instead of the root alone; where two cost
+    more, it stays plain. Greedy's tokens both ways."""
+    model = fresh_model("llama")
+    ids = RANDOM[:, 3:]
+    kwargs = dict(max_new_tokens=32, eos_token_id=None, pad_token_id=0)
+    expected = model.generate(ids, do_sample=False, **kwargs)
+    fed = []
+    model.register_forward_pre_hook(lambda module, args, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, copy_length=8)
+    stats = LookaheadStats()
+    kwargs.update(lookahead_config=config, lookahead_costs=CostCurve((1, 2, 4), (1.0, two, two + 0.2)))
+    assert lookahead.generate(model, ids, lookahead_stats=stats, **kwargs).tolist() == expected.tolist()
+    steps = fed[1:]  # after the prefill
+    if two < 1:
+        assert min(steps) == 2 and stats.plain_steps == 0 and steps.count(2) > 5
+    else:
+        assert steps.count(1) > 5 and stats.plain_steps == steps.count(1)
+
+
+def test_commonest_token_is_the_first_of_a_tie():
+    assert _commonest(np.array([4, 9, 9, 4, 2])).tolist() == [[4]]
+    assert _commonest(np.array([7])).tolist() == [[7]]
 
 
 def test_stack_rows_pads_shorter_rows_with_minus_one():
