@@ -33,7 +33,7 @@ from lookahead import distributed
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXTS = (64, 256)  # past lengths the steps are timed after (a short and a longer text)
-REPEATS = 7
+REPEATS = 15  # timed rounds: 7 left a two-token cost moving by 0.02, and a 4-token one by 0.06
 WARMUP_ROUNDS = 3  # untimed rounds first: a cold process times wide steps too cheap
 BUSY_CORES = 0.5  # other processes' CPU use during a calibration (in cores) above which it is not kept
 _MEMO: dict[str, CostCurve] = {}
@@ -149,7 +149,7 @@ def curve_key(model, rows: int = 1) -> str:
         torch.__version__,
         str(getattr(model.config, "_attn_implementation", None)),
         # how calibrate measures and reads its times: older curves are not reused
-        "masked steps at two contexts, median after warm-up, one token no floor",
+        "masked steps at two contexts, median ratio to the round's one token after warm-up, one token no floor",
     ]
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were
@@ -164,10 +164,12 @@ def calibrate(
     model, sizes=SIZES, contexts: tuple[int, ...] = CONTEXTS, repeats: int = REPEATS, rows: int = 1
 ) -> CostCurve:
     """Time forwards of each query length after caches of each of ``contexts`` tokens, in
-    ``repeats`` rounds over all lengths after ``WARMUP_ROUNDS`` untimed ones; each length's
-    median run counts (what decoding meets: the fastest run flatters wide steps), and a
-    length's cost is its mean over the contexts relative to the one-token forward there.
-    Steps of more than one token carry a 4D mask as the decoder's do (one token runs
+    ``repeats`` rounds over all lengths after ``WARMUP_ROUNDS`` untimed ones. A length's cost
+    at a context is the median over the rounds of its forward over the same round's one-token
+    forward (a slow spell of the machine, which lasts longer than a round, then cancels out,
+    where the medians of the times themselves moved by 0.1 between calibrations; the median,
+    as what decoding meets: the fastest run flatters wide steps); its cost is the mean over the
+    contexts. Steps of more than one token carry a 4D mask as the decoder's do (one token runs
     maskless, as plain steps do; sliding-window models run with their own masks). With
     ``rows`` > 1 every forward runs that many rows: a batch's curve (its unit is a
     ``[rows, 1]`` forward, which costs far less than ``rows`` one-token forwards)."""
@@ -177,8 +179,8 @@ def calibrate(
         contexts = sorted({max(1, min(c, int(longest) - max(sizes))) for c in contexts})
     masked = _full_attention(model.config)
     per_context = [_time_sizes(model, sizes, context, repeats, rows, devices, masked) for context in contexts]
-    unit = sum(times[0] for times in per_context) / len(per_context)
-    relative = [sum(times[i] / times[0] for times in per_context) / len(per_context) for i in range(len(sizes))]
+    unit = statistics.mean(times[0] for times in per_context)
+    relative = [statistics.mean(times[i] / times[0] for times in per_context) for i in range(len(sizes))]
     return CostCurve.from_times(sizes, [unit * r for r in relative])
 
 
@@ -190,8 +192,9 @@ def _full_attention(config) -> bool:
 
 
 def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, masked: bool) -> list[float]:
-    """The median forward over each of ``sizes`` tokens after a ``context``-token cache
-    (``masked``: with a step's 4D mask beyond one token)."""
+    """The median one-token forward after a ``context``-token cache, then each further size's
+    median over the rounds of its time over the same round's one-token forward, times that
+    median (``masked``: with a step's 4D mask beyond one token). ``sizes[0]`` is 1."""
     from transformers.cache_utils import DynamicCache
 
     device = next(model.parameters()).device
@@ -199,11 +202,12 @@ def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, ma
     ids = (torch.arange(context + max(sizes), device=device) % vocab).expand(rows, -1)
     prefilled = DynamicCache(config=model.config)
     model(input_ids=ids[:, :context], cache=prefilled, use_cache=True)
-    times: list[list[float]] = [[] for _ in sizes]
+    rounds: list[list[float]] = []
     # rounds over all sizes, the first ones a warm-up: a slow spell of the machine then hits
     # every size alike instead of the few measured during it
     for round_ in range(repeats + WARMUP_ROUNDS):
-        for i, k in enumerate(sizes):
+        times = []
+        for k in sizes:
             query = ids[:, context : context + k]
             positions = torch.arange(context, context + k, device=device)[None].expand(rows, -1)
             mask = _step_mask(rows, k, context, model.dtype, device) if masked and k > 1 else None
@@ -212,9 +216,11 @@ def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, ma
             started = time.perf_counter()
             model(input_ids=query, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
             synchronize(devices)
-            if round_ >= WARMUP_ROUNDS:
-                times[i].append(time.perf_counter() - started)
-    return [statistics.median(t) for t in times]
+            times.append(time.perf_counter() - started)
+        if round_ >= WARMUP_ROUNDS:
+            rounds.append(times)
+    unit = statistics.median(times[0] for times in rounds)
+    return [unit] + [unit * statistics.median(times[i] / times[0] for times in rounds) for i in range(1, len(sizes))]
 
 
 def _step_mask(rows: int, k: int, past: int, dtype, device) -> torch.Tensor:
