@@ -59,11 +59,13 @@ class LookaheadConfig:
             race with its known noise. 0 = off. Measured on the embedded model, 20 HumanEval
             prompts (docs/benchmarks.md, 2026-12-03): 4 rows give 2.80 tokens per forward
             against 2.76 with 2 and 2.77 with 8.
-        adaptive: choose each step between the full shape (with the window) and the draft
-            budget's choice of nodes from the other sources (a lean shape of all of them where
-            there is no copy guess, hence no budget) or plain decoding, by the tokens each has
-            accepted per unit of calibrated forward cost on this model and machine, so
-            decoding backs off where guesses stop paying. Only for ``method="lookahead"``.
+        adaptive: feed each step the draft budget's choice of nodes from every source (the
+            window's free-iteration row among them), as many as pay for their forward, or
+            plain decoding; where there is no copy guess, hence no budget, choose between the
+            full shape (with the window), a lean one (all other guesses) and plain decoding.
+            Either way by the tokens accepted per unit of calibrated forward cost on this
+            model and machine, so decoding backs off where guesses stop paying. Only for
+            ``method="lookahead"``; False feeds every step the full shape.
         static_buckets: on a ``StaticCache`` (``cache_implementation="static"``) every step is
             padded to the smallest of these sizes that holds it, so a compiled forward meets one
             shape per bucket (wider steps run uncompiled). Increasing ints in [1, 1024].

@@ -2,9 +2,11 @@
 
 Up to four shapes compete:
 
-- ``full``: root + Jacobi window + guesses (the window keeps producing n-grams);
-- ``draft``: root + the draft budget's choice of nodes from every source but the window
-  (``budget.DraftBudget``: copy, pool, recycled successors), which may be none;
+- ``full``: root + Jacobi window + guesses (the window keeps producing n-grams), where no
+  draft budget takes the window's row;
+- ``draft``: root + the draft budget's choice of nodes from every source
+  (``budget.DraftBudget``: the window's free-iteration row, copy, pool, recycled
+  successors), which may be none;
 - ``lean``: root + every guess source but the window, whole (where no budget weighs them:
   the decoder has no copy guess);
 - ``plain``: the root alone, i.e. plain decoding (one token: the cheapest forward but where
@@ -64,9 +66,11 @@ MAX_WINDOW_WAIT = 8  # the window's base wait is at most this many times explore
 
 
 def rule_settings(sampled: bool, draft: bool) -> dict:
-    """The :class:`ShapeController` keywords for the decoder's rule: under seeded sampling the
-    lower prior, frugal tries and (with a draft budget) no full shape; greedy keeps the defaults."""
-    return {"prior_tokens": SAMPLED_PRIOR_TOKENS, "frugal": True, "full": not draft} if sampled else {}
+    """The :class:`ShapeController` keywords for the decoder's rule: with a draft budget no
+    full shape (the window reaches the budget as a row); under seeded sampling the lower
+    prior and frugal tries."""
+    sampling = {"prior_tokens": SAMPLED_PRIOR_TOKENS, "frugal": True} if sampled else {}
+    return {"full": not draft, **sampling}
 
 
 class _Average:
@@ -106,11 +110,13 @@ class ShapeController:
             prior's optimism would buy a fresh call's first steps at a loss.
         frugal: tries wait for what they are expected to waste, first tries included (see
             above); for seeded sampling, where tries rarely win.
-        full: whether the ``full`` shape competes (a fixed shape is always full). Seeded
-            sampling with a draft budget leaves it out: the window's levels advance by the
-            argmax, so fed whole they guess the greedy text, never the sample (they never
-            paid in any sampled run), while its free iterations, raced with the known noise,
-            reach the budget as a row.
+        full: whether the ``full`` shape competes (a fixed shape is always full). A decoder
+            with a draft budget leaves it out: the window's free iterations reach the budget
+            as a row whose nodes are fed where they pay, while its levels fed whole are one
+            lump of ``levels x window`` tokens (16 by default). Under greedy the lump held
+            what the row holds (2.97 tokens per forward against 2.95 on the embedded model
+            in bf16) for wider steps, 4% slower; under seeded sampling its levels, advanced by
+            the argmax, guess the greedy text, never the sample.
     """
 
     def __init__(

@@ -57,9 +57,8 @@ def check_family(model) -> dict:
     n = ids.shape[1]
     reference = _tokens(model.generate(ids, do_sample=False, **COMMON), n)
     stats = lookahead.LookaheadStats()
-    # a nearly flat curve, so the window's first try comes within this short decode (its wait
-    # is priced by the curve: a calibrated one may put it past the last step); the calls
-    # below run on the calibrated curve every rank takes from rank 0
+    # a nearly flat curve, so the budget feeds the window's row within this short decode; the
+    # calls below run on the calibrated curve every rank takes from rank 0
     flat = lookahead.CostCurve.linear(0.01)
     greedy, lengths = _query_lengths(
         model, lambda: lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=flat, **COMMON)
@@ -87,6 +86,7 @@ def check_family(model) -> dict:
         "query_lengths": lengths,
         "steps": stats.steps,
         "lean_steps": stats.lean_steps,
+        "window_steps": stats.window_steps,
         "plain_steps": stats.plain_steps,
         "tokens_per_forward": stats.tokens_per_forward,
         "curve": cost_curve(model).as_dict(),

@@ -190,18 +190,19 @@ def test_a_frugal_controller_counts_first_tries_and_waits_for_expected_waste():
     assert run(controller, 60, {DRAFT: (4, 9)})[10:].count(DRAFT) > 40  # 4 tokens for 1.6: drafts win
 
 
-def test_seeded_sampling_with_a_budget_never_feeds_the_window_whole():
-    """Under seeded sampling the window's levels guess greedy text: with a draft budget (which
-    takes the window's free iterations as a row) the full shape never runs, however well it
-    would do; without a budget it still competes."""
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_budget_never_feeds_the_window_whole(sampled):
+    """With a draft budget (which takes the window's free iterations as a row, fed where its
+    nodes pay) the full shape never runs, however well it would do, greedy or sampled; without
+    a budget it still competes. Sampling also starts from a lower prior and tries frugally."""
     from lookahead.step.controller import SAMPLED_PRIOR_TOKENS, rule_settings
 
-    assert rule_settings(False, True) == {}
+    assert rule_settings(False, True) == {"full": False} and rule_settings(False, False) == {"full": True}
     assert rule_settings(True, True) == {"prior_tokens": SAMPLED_PRIOR_TOKENS, "frugal": True, "full": False}
     outcome = {FULL: (6, 17), DRAFT: (1, 9), LEAN: (1, 5)}
-    budgeted = ShapeController(CHEAP, draft=True, window_tokens=16, **rule_settings(True, True))
+    budgeted = ShapeController(CHEAP, draft=True, window_tokens=16, **rule_settings(sampled, True))
     assert FULL not in budgeted.shapes and FULL not in run(budgeted, 300, outcome)
-    alone = ShapeController(CHEAP, draft=False, window_tokens=16, **rule_settings(True, False))
+    alone = ShapeController(CHEAP, draft=False, window_tokens=16, **rule_settings(sampled, False))
     assert run(alone, 300, outcome)[-100:].count(FULL) > 90
 
 
