@@ -179,8 +179,8 @@ def calibrate(
         contexts = sorted({max(1, min(c, int(longest) - max(sizes))) for c in contexts})
     masked = _full_attention(model.config)
     per_context = [_time_sizes(model, sizes, context, repeats, rows, devices, masked) for context in contexts]
-    unit = statistics.mean(times[0] for times in per_context)
-    relative = [statistics.mean(times[i] / times[0] for times in per_context) for i in range(len(sizes))]
+    unit = statistics.mean(unit for unit, _ in per_context)
+    relative = [statistics.mean(ratios[i] for _, ratios in per_context) for i in range(len(sizes))]
     return CostCurve.from_times(sizes, [unit * r for r in relative])
 
 
@@ -191,10 +191,12 @@ def _full_attention(config) -> bool:
     return getattr(config, "sliding_window", None) is None and not any("sliding" in t for t in layer_types)
 
 
-def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, masked: bool) -> list[float]:
-    """The median one-token forward after a ``context``-token cache, then each further size's
-    median over the rounds of its time over the same round's one-token forward, times that
-    median (``masked``: with a step's 4D mask beyond one token). ``sizes[0]`` is 1."""
+def _time_sizes(
+    model, sizes, context: int, repeats: int, rows: int, devices, masked: bool
+) -> tuple[float, list[float]]:
+    """``(unit, ratios)`` after a ``context``-token cache: the median one-token forward in
+    seconds, and per size the median over the rounds of its forward over the same round's
+    one-token forward (``masked``: with a step's 4D mask beyond one token). ``sizes[0]`` is 1."""
     from transformers.cache_utils import DynamicCache
 
     device = next(model.parameters()).device
@@ -220,7 +222,7 @@ def _time_sizes(model, sizes, context: int, repeats: int, rows: int, devices, ma
         if round_ >= WARMUP_ROUNDS:
             rounds.append(times)
     unit = statistics.median(times[0] for times in rounds)
-    return [unit] + [unit * statistics.median(times[i] / times[0] for times in rounds) for i in range(1, len(sizes))]
+    return unit, [statistics.median(times[i] / times[0] for times in rounds) for i in range(len(sizes))]
 
 
 def _step_mask(rows: int, k: int, past: int, dtype, device) -> torch.Tensor:
