@@ -215,9 +215,10 @@ class Proposer:
         if self.budget is not None:
             self.budget.scale_priors(self.rule.ceiling)
             rows = [(source, rows) for source, (_, rows) in enumerate(parts) if rows.size]
-            copy = self.drafter.tree(seq.array())
+            text = seq.array()
+            copy = self.drafter.tree(text)
             if self.filler is not None and not rows and not copy[0].size:
-                rows = [(self.filler, _commonest(seq.array()[-FILLER_SPAN:]))]
+                rows = [(self.filler, _commonest(text[-FILLER_SPAN:]))]
             return self.budget.plan(copy, rows)
         if self.drafter is not None:
             parts.insert(0, ("copy", self.drafter.propose(seq.array())))

@@ -39,9 +39,9 @@ def test_equals_greedy_on_any_cost_curve(ids, config, curve, new, eos):
     model = tiny_model("llama", "sdpa")
     kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
     stats = lookahead.LookaheadStats()
-    kwargs.update(lookahead_config=config, lookahead_costs=curve)
-    got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)
-    assert got.tolist() == greedy(model, ids, max_new_tokens=new, eos_token_id=eos, pad_token_id=0).tolist()
+    mine = dict(lookahead_config=config, lookahead_costs=curve, lookahead_stats=stats)
+    got = lookahead.generate(model, ids, **mine, **kwargs)
+    assert got.tolist() == greedy(model, ids, **kwargs).tolist()
     if curve(2) < 1 and config.uses_copy and config.adaptive:
         assert stats.plain_steps == 0 and stats.guess_tokens >= stats.steps
 
