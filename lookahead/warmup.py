@@ -82,7 +82,7 @@ SIGNATURES = {
     "suffix_kernels.tree_rows": (IDS, IDS, I64, IDS, IDS),
     "budget.copy_chances": (IDS, REALS, I64, I64, REALS, REALS, F64, F64, IDS, REALS, REALS),
     "budget.merge_rows": (_array(I64, 2), I64, REALS, I64, IDS, IDS, REALS, IDS, REALS),
-    "budget.choose": (IDS, REALS, I64, REALS, F64, I64, FLAGS),
+    "budget.choose": (IDS, REALS, I64, REALS, F64, I64, F64, FLAGS),
     "budget.compact": (FLAGS, I64, IDS, IDS, IDS, REALS, IDS, IDS, IDS, REALS),
     "budget.chances_of": (REALS, REALS, F64, REALS, F64, REALS),
     "budget.record": (IDS, IDS, IDS, REALS, I64, IDS, REALS, REALS, REALS),

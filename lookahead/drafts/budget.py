@@ -23,7 +23,12 @@ it: the shared node keeps the better chance and learns into its first bin only (
 then knows what its rows hold alone). The step feeds the nodes of highest path chance (the
 chances multiplied along the path), as many as maximise
 ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain decoding's
-1; else none.
+1; else none. A step that feeds any node also buys the next one a guess from the Jacobi
+window (the free iteration after its first miss, ``drafts.jacobi``), worth what that guess
+gains the next step fed alone (``DraftBudget.window_worth``) where this step misses: without
+it, where two tokens cost about what one does (bf16 on an AVX-512 CPU) and every source is
+weak (sampling at T=1), a step feeds its root alone, the next step has no window guess
+either, and so on.
 
 Worked example (costs 1, 1.3, 1.35, 1.4 for forwards of 1-4 tokens, no overhead)::
 
@@ -112,12 +117,15 @@ def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bins, rat
 
 
 @njit(cache=True)
-def choose(parents, cond, count, costs, overhead, fill, keep):
+def choose(parents, cond, count, costs, overhead, fill, window, keep):
     """Mark in ``keep`` the nodes to feed: the n of highest path chance (parents before
     children: a child's chance is at most its parent's, and ties keep index order) for the n
-    that maximises ``(1 + sum) / (costs[n] + overhead)``, when that beats 1, or for ``fill``
-    if more (nodes the step feeds for free: a batch's wider rows pay for them). ``costs[k - 1]``
-    prices a forward over k tokens, so at most ``len(costs) - 1`` nodes are fed. Returns n."""
+    that maximises ``(1 + sum + window x (1 - top)) / (costs[n] + overhead)``, when that beats
+    1, or for ``fill`` if more (nodes the step feeds for free: a batch's wider rows pay for
+    them). ``costs[k - 1]`` prices a forward over k tokens, so at most ``len(costs) - 1`` nodes
+    are fed. ``window`` (in [0, 1]) is what the next step's Jacobi guess is worth when it has
+    one: any fed node the walk rejects yields that guess (``drafts.jacobi``), which the step
+    misses with its likeliest node (path chance ``top``). Returns n."""
     path = np.empty(count)
     for i in range(count):
         par = parents[i]
@@ -130,6 +138,8 @@ def choose(parents, cond, count, costs, overhead, fill, keep):
             j -= 1
         order[j + 1] = i
     best, best_n, total = 1.0, 0, 1.0
+    if count:
+        total += window * (1.0 - path[order[0]])
     for k in range(min(count, costs.shape[0] - 1)):
         total += path[order[k]]
         value = total / (costs[k + 1] + overhead)
@@ -215,6 +225,13 @@ class DraftBudget:
         rates = [np.array([first] + [later] * (depth - 1)) for _, first, later in self.row_sources]
         self.prior_rates = np.concatenate([np.zeros(COPY_BINS), *rates])
         self._names = ("copy",) * COPY_BINS + tuple(name for name in names for _ in range(depth))
+        # the window's first guessed token, scored at every step that had one, fed or not:
+        # what a fed node buys the next step (see ``choose``), from ``prior`` observations of
+        # the window row's prior rate; no ceiling scales it, for a few misses in a row at a
+        # flat stretch must not end the window's guesses (then it would never be scored again)
+        window = names.index("window") if "window" in names else -1
+        self._window_prior = self.row_sources[window][1] if window >= 0 else 0.0
+        self.window_seen, self.window_held = np.zeros(1), np.zeros(1)
         self._n = self._count = 0
         self._arrays = None
         self._chances = np.empty(bins)
@@ -234,6 +251,8 @@ class DraftBudget:
                 self.held[:COPY_BINS].sum() / copies if copies else min(1.0, KEPT_WEIGHT / max(old.promised[0], 1.0))
             )
             self.promised[0] = old.promised[0] * shrink
+            keep = min(1.0, KEPT_WEIGHT / max(old.window_seen[0], 1.0))
+            self.window_seen[:], self.window_held[:] = old.window_seen * keep, old.window_held * keep
             self._update()
         store[key] = self
 
@@ -296,13 +315,31 @@ class DraftBudget:
         have as many: a batch row whose step is padded to a wider row's feeds them for free."""
         (tokens, parents, bins, rates, cond, keep), fed = self._room(0)
         count = self._count
-        n = choose(parents, cond, count, self.costs, self.overhead, fill, keep) if count else 0
+        n = choose(parents, cond, count, self.costs, self.overhead, fill, self.window_worth, keep) if count else 0
         self._n = n = compact(keep, count, tokens, parents, bins, rates, *fed[:4]) if n else 0
         if not n:
             return _NO_ROWS, ()
         out_t, out_p, out_b, _, depths, leaves = (a[:n] for a in fed)
         rows = tree_rows(out_t, out_p, n, depths, leaves)
         return rows, tuple(self._names[b] for b in out_b[leaves[: rows.shape[0]]].tolist())
+
+    @property
+    def window_value(self) -> float:
+        """The chance the window's first guessed token holds, as scored (0 without a window)."""
+        prior = self.prior * self._window_prior
+        return float((self.window_held[0] + prior) / (self.window_seen[0] + self.prior)) if prior else 0.0
+
+    @property
+    def window_worth(self) -> float:
+        """What the window's guess is worth to the next step, at least: what it gains there fed
+        alone, its chance less a second token's price (none where a second token is dear: fp32
+        on a CPU, where it pays only beside guesses that pay by themselves)."""
+        return max(self.window_value - (self.costs[1] + self.overhead - 1.0), 0.0)
+
+    def score_window(self, held: bool) -> None:
+        """Score the window's first guessed token at a step that had one: ``held`` or not."""
+        self.window_seen[0] += 1.0
+        self.window_held[0] += float(held)
 
     def learn(self, appended) -> None:
         """Count the last plan's nodes in their bins with what the step appended (in order)."""

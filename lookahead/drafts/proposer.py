@@ -47,9 +47,10 @@ SUCCESSOR_SOURCE = tuple(("successors", first, 0.6) for first in (0.4, 0.55, 0.7
 # the window's free Jacobi iteration: right after one wrong token the model's next prediction
 # held 23% of the time on the embedded model (docs/benchmarks.md, WINDOW_SOURCE)
 WINDOW_SOURCE = (("window", 0.25, 0.5),)
-# where the curve prices a two-token step below a one-token one (bf16 on an AVX-512 CPU, see
-# ``CostCurve.from_times``), a step that found no guess feeds the text's commonest recent
-# token as one: the forward costs less with it, and now and then it holds
+# a step that found no guess may feed the text's commonest recent token as one: where the
+# curve prices a two-token step below a one-token one (bf16 on an AVX-512 CPU, see
+# ``CostCurve.from_times``) the forward costs less with it, now and then it holds, and where it
+# misses it still gives the next step a guess from the Jacobi window (``DraftBudget``)
 FILLER_SOURCE = (("filler", 0.05, 0.0),)
 FILLER_SPAN = 256  # the newest tokens the filler counts
 
@@ -89,7 +90,7 @@ class Proposer:
                 else NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
             )
         self.drafter = self.budget = None
-        self.filler = None  # the budget's source index of the filler, where the curve wants one
+        self.filler = None  # the budget's source index of the filler, where it can pay
         if config.uses_copy:
             kept = self.pool
             self.drafter = CopyDrafter(
@@ -103,7 +104,7 @@ class Proposer:
                 # the window first: a node it shares with another source learns (and is credited) as its
                 sources = WINDOW_SOURCE * (config.window > 0) + POOL_SOURCES * config.uses_pool
                 sources += SUCCESSOR_SOURCE * config.uses_successors
-                if costs(2) + overhead < 1.0:
+                if costs(2) + overhead < 1.0 or config.window > 0:
                     self.filler, sources = len(sources), sources + FILLER_SOURCE
                 self.budget = DraftBudget(config.copy_length, costs, overhead, sources, config.ngram - 1)
                 if pool is not None:  # a kept (or a batch's) pool: start from what earlier requests learnt
@@ -313,6 +314,8 @@ class Proposer:
         else:
             self.window.slide(accepted)
         if self.budget is not None and self.config.window:
+            if self.jacobi.size:  # scored fed or not: the token after the root is the first appended
+                self.budget.score_window(int(self.jacobi[0]) == seq.tokens[-accepted])
             self._iterate_window(seq, tree, path, preds, logits)
         self.learn_text(seq, accepted)
         if self.budget is not None:

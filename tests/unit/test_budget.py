@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead.drafts import budget
-from lookahead.drafts.budget import CONTEXT_PRIORS, COPY_BINS, RATIO_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.drafts.budget import CONTEXT_PRIORS, COPY_BINS, KEPT_WEIGHT, RATIO_PRIOR, SHARE_BINS, DraftBudget
 from lookahead.step.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
@@ -81,8 +81,9 @@ def test_merge_rows_adds_each_row_as_a_path(tree, rows, data):
             assert cond[node] == before[node] and bins[node] == 0
 
 
-def reference_choice(parents, cond, costs, overhead):
-    """Brute force: the best value over every tree (parent-closed set) of nodes."""
+def reference_choice(parents, cond, costs, overhead, window=0.0):
+    """Brute force: the best value over every tree (parent-closed set) of nodes, any of
+    which also buys the window's guess where the likeliest candidate misses."""
     n = len(parents)
     path = []
     for i in range(n):
@@ -92,31 +93,39 @@ def reference_choice(parents, cond, costs, overhead):
         chosen = [i for i in range(n) if mask >> i & 1]
         if len(chosen) >= len(costs) or any(parents[i] >= 0 and not mask >> parents[i] & 1 for i in chosen):
             continue
-        best = max(best, (1 + sum(path[i] for i in chosen)) / (costs[len(chosen)] + overhead))
+        bought = window * (1 - max(path))
+        best = max(best, (1 + bought + sum(path[i] for i in chosen)) / (costs[len(chosen)] + overhead))
     return best, path
 
 
 @settings(max_examples=200)
-@given(tree=trees(max_nodes=8), data=st.data(), per_token=st.sampled_from([0.0, 0.02, 0.2, 1.0]))
-def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token):
-    """The chosen nodes form a tree, and no tree of the candidates is worth more per cost."""
+@given(
+    tree=trees(max_nodes=8),
+    data=st.data(),
+    per_token=st.sampled_from([0.0, 0.02, 0.2, 1.0]),
+    window=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+)
+def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token, window):
+    """The chosen nodes form a tree, and no tree of the candidates is worth more per cost,
+    counting the window guess that any fed node buys the next step where it misses."""
     _, parents = tree
     n = len(parents)
     cond = np.array(data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)), dtype=np.float64)
     curve = CostCurve.linear(per_token)
     costs = np.array([curve(k) for k in range(1, 8)])  # at most 6 nodes fed
     keep = np.zeros(n, dtype=np.bool_)
-    fed = budget.choose(parents, cond, n, costs, 0.05, 0, keep) if n else 0
+    fed = budget.choose(parents, cond, n, costs, 0.05, 0, window, keep) if n else 0
     assert fed == keep.sum() <= 6
     assert all(parents[i] < 0 or keep[parents[i]] for i in range(n) if keep[i])
-    best, path = reference_choice(parents, cond, costs, 0.05)
-    value = (1 + sum(path[i] for i in range(n) if keep[i])) / (costs[fed] + 0.05) if fed else 1.0
+    best, path = reference_choice(parents, cond, costs, 0.05, window)
+    bought = window * (1 - max(path)) if fed else 0.0
+    value = (1 + bought + sum(path[i] for i in range(n) if keep[i])) / (costs[fed] + 0.05) if fed else 1.0
     assert value == pytest.approx(best)
     # asked to fill f nodes (free ones), it feeds at least min(f, candidates, room), still a
     # tree, and never a node less likely than one it leaves out
     fill = data.draw(st.integers(0, 8))
     filled = np.zeros(n, dtype=np.bool_)
-    more = budget.choose(parents, cond, n, costs, 0.05, fill, filled) if n else 0
+    more = budget.choose(parents, cond, n, costs, 0.05, fill, window, filled) if n else 0
     assert more == filled.sum() == max(fed, min(fill, n, 6))
     assert all(parents[i] < 0 or filled[parents[i]] for i in range(n) if filled[i])
     if more and more < n:
@@ -279,3 +288,39 @@ def test_refill_feeds_free_room_with_the_likeliest_nodes():
     plan.learn([10, 11, 99])
     assert plan.fed[:COPY_BINS].sum() == 3 and plan.held[:COPY_BINS].sum() == 2
     assert plan.refill(100)[0].size and plan.refill(0)[0].shape[0] == 0  # capped, and back to none
+
+
+WINDOW = (("window", 0.25, 0.5),) + POOL
+
+
+def test_a_fed_node_also_buys_the_next_step_a_window_guess():
+    """Where two tokens cost a little more than one, a weak row does not pay by itself; with
+    a window source any fed node also buys the next step's Jacobi guess, so it is fed while
+    the window's first token holds as often as its prior says, and no longer once it was
+    scored missing at many steps. The score carries to a later request, shrunk."""
+    costs = CostCurve((1, 2, 4), (1.0, 1.04, 1.1))
+    weak = [(2, np.array([[40, -1]], dtype=np.int64))]  # the pool's key rows, prior 0.3
+    alone = DraftBudget(8, costs, 0.0, POOL, 2)
+    alone.scale_priors(0.05)  # a flat sampling rule: the row's chance is 0.015
+    assert alone.plan(None, [(1, weak[0][1])])[0].shape[0] == 0
+    plan = DraftBudget(8, costs, 0.0, WINDOW, 2)
+    plan.scale_priors(0.05)
+    assert plan.window_value == pytest.approx(0.25)  # unscaled: its prior rate
+    assert plan.window_worth == pytest.approx(0.25 - 0.04)  # less a second token's price
+    assert plan.plan(None, weak)[0].tolist() == [[40]]
+    plan.learn([7])
+    for _ in range(40):
+        plan.score_window(False)
+    assert plan.window_value == pytest.approx(2 * 0.25 / 42)
+    assert plan.plan(None, weak)[0].shape[0] == 0
+    for _ in range(60):
+        plan.score_window(True)
+    assert plan.window_value == pytest.approx((60 + 0.5) / 102)
+    later = DraftBudget(8, costs, 0.0, WINDOW, 2)
+    store = {}
+    plan.carry(store, "key")
+    later.carry(store, "key")
+    dear = DraftBudget(8, CostCurve((1, 2, 4), (1.0, 1.3, 1.35)), 0.0, WINDOW, 2)
+    assert dear.window_worth == 0.0  # on a curve where a second token is dear it buys nothing
+    assert later.window_seen[0] == pytest.approx(KEPT_WEIGHT)
+    assert later.window_value == pytest.approx((KEPT_WEIGHT * 0.6 + 0.5) / (KEPT_WEIGHT + 2))
