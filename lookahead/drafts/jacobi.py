@@ -3,15 +3,19 @@
 A step feeds draft branches and the model predicts the token after every node it was fed.
 Past the last node the walk accepted (``node``), its branches hold tokens that turned out
 wrong, and the prediction after each of their nodes is one Jacobi iteration over that tail:
-the model's next token given the text so far plus the guesses before it. So the deepest branch
-under ``node`` yields, for nothing, a guess of the tokens after the one the step emitted there::
+the model's next token given the text so far plus the guesses before it. So a branch under
+``node`` yields, for nothing, a guess of the tokens after the one the step emitted there::
 
     accepted  root -> a -> b        (the model picked x at b, where the draft had c)
     branch    b -> c -> d -> e      (c, d, e fed, wrong from c on)
     picks     at c: p1, at d: p2, at e: p3
     guess     x -> p1 -> p2 -> p3   (p1 follows x as Jacobi guesses it: c stood where x is)
 
-Greedily the picks are the fetched argmaxes; under seeded sampling, the race each position
+The branch starts at ``node``'s likeliest child by the model's own scores there (where the
+caller ranks them): the likelier the wrong token, the nearer its context to the text's, and
+the more often the prediction after it is the one after the token emitted (at T=1 in bf16
+11.7% of steps against 10.6% with the deepest branch; 20 HumanEval prompts, 2026-12-04). Below
+it the branch is the deepest. Greedily the picks are the fetched argmaxes; under seeded sampling, the race each position
 will run with its known noise (``verify.noise.NoiseStream.peek``), so the guesses follow the
 sampled text, whose fixed point under that noise it is.
 """
@@ -45,11 +49,28 @@ def deepest_branch(tree: GuessTree, node: int) -> list[int]:
     return branch
 
 
-def free_iteration(tree: GuessTree, node: int, picks, depth: int) -> np.ndarray:
+def children(tree: GuessTree, node: int) -> tuple[np.ndarray, np.ndarray]:
+    """The input indices of ``node``'s children and their tokens (int64 ``[c]`` each)."""
+    width = int(tree.chain.shape[0])
+    drafts = np.flatnonzero(tree.parents == node)
+    kids, tokens = drafts + tree.base, tree.tokens[drafts]
+    if node < width:  # the chain's next token comes first
+        kids, tokens = np.concatenate([[node + 1], kids]), np.concatenate([tree.chain[node : node + 1], tokens])
+    return kids, tokens
+
+
+def free_iteration(tree: GuessTree, node: int, picks, depth: int, rank=None) -> np.ndarray:
     """The guess of the (at most ``depth``) tokens after the one emitted at ``node``:
-    ``picks(branch)``, the tokens picked at the nodes of the deepest branch below it, the k-th
-    read as the k-th token after ``node``'s (int64 ``[<= depth]``, empty for a leaf)."""
-    branch = deepest_branch(tree, node)[:depth]
+    ``picks(branch)``, the tokens picked at the nodes of a branch below it, the k-th read as
+    the k-th token after ``node``'s (int64 ``[<= depth]``, empty for a leaf). The branch starts
+    at the child ``rank(node, tokens)`` names (the index of the likeliest of ``node``'s
+    children's tokens) where there are several, and is the deepest below that."""
+    kids, tokens = children(tree, node)
+    if rank is not None and kids.shape[0] > 1:
+        first = int(kids[rank(node, tokens)])
+        branch = ([first] + deepest_branch(tree, first))[:depth]
+    else:
+        branch = deepest_branch(tree, node)[:depth]
     if not branch:
         return _NONE
     return np.array(picks(branch), dtype=np.int64)

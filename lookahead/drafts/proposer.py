@@ -263,12 +263,14 @@ class Proposer:
     def _iterate_window(
         self, seq: TokenSequence, tree: GuessTree, path: list[int], preds: torch.Tensor, logits: torch.Tensor | None
     ) -> None:
-        """The step's free Jacobi iteration becomes the window's guess of what follows the new
-        root (without one, the old guess moves on); a full one is also a trajectory n-gram for
+        """The step's free Jacobi iteration, read after the new root's likeliest fed sibling by
+        the step's ``logits``, becomes the window's guess of what follows the new root (without
+        one, the old guess moves on); a full one is also a trajectory n-gram for
         the pool, keyed by the root alone: under the root and the token before it, it would
         learn in the text's context-pair bins, whose chances it does not have (docs/benchmarks.md,
         2026-12-03)."""
-        guess = free_iteration(tree, path[-1], self._picker(seq, preds, logits), self.config.ngram - 1)
+        rank = None if logits is None else lambda node, tokens: int(logits[node, torch.from_numpy(tokens)].argmax())
+        guess = free_iteration(tree, path[-1], self._picker(seq, preds, logits), self.config.ngram - 1, rank)
         self.jacobi = guess if guess.size else self.jacobi[len(path) :]
         if self.pool is not None and guess.size == self.config.ngram - 1:
             gram = np.concatenate([seq.tokens[-1:], guess])[None]

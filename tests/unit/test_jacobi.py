@@ -4,7 +4,7 @@ or by the race with each position's known noise, and the noise peeked without re
 import numpy as np
 import torch
 
-from lookahead.drafts.jacobi import deepest_branch, free_iteration
+from lookahead.drafts.jacobi import children, deepest_branch, free_iteration
 from lookahead.drafts.tree import GuessTree
 from lookahead.verify.noise import NoiseStream
 from lookahead.verify.rules import SamplingRule
@@ -29,6 +29,29 @@ def test_the_deepest_branch_below_a_node():
     picks = free_iteration(tree, seven, lambda nodes: [100 * v + k for k, v in enumerate(nodes)], depth=4)
     assert picks.tolist() == [100 * eight, 100 * nine + 1]
     assert free_iteration(tree, 0, lambda nodes: list(range(len(nodes))), depth=2).tolist() == [0, 1]
+
+
+def test_a_ranked_iteration_reads_after_the_likeliest_child():
+    """Where the caller ranks a node's children (by the model's scores there), the branch
+    starts at the one it names, the chain's child included, and is the deepest below it."""
+    tree = _tree()
+    kids = tree.children()
+    seven = kids[(0, 7)]
+    eight, five = kids[(seven, 8)], kids[(seven, 5)]
+    nine = kids[(eight, 9)]
+    got, tokens = children(tree, 0)
+    assert got.tolist() == [1, seven] and tokens.tolist() == [3, 7]
+    got, tokens = children(tree, seven)
+    assert sorted(zip(got.tolist(), tokens.tolist())) == sorted([(eight, 8), (five, 5)])
+    assert children(tree, nine)[0].size == 0
+    same = lambda nodes: list(nodes)  # noqa: E731
+    scores = {3: 1.0, 4: 0.0, 7: 2.0, 8: 0.0, 5: 3.0, 9: 0.0}
+    rank = lambda node, toks: int(np.argmax([scores[t] for t in toks]))  # noqa: E731
+    assert free_iteration(tree, 0, same, depth=4, rank=rank).tolist() == [seven, eight, nine]
+    assert free_iteration(tree, seven, same, depth=4, rank=rank).tolist() == [five]  # likelier than 8
+    scores[3] = 5.0
+    assert free_iteration(tree, 0, same, depth=4, rank=rank).tolist() == [1, 2]  # the chain's 3
+    assert free_iteration(tree, 1, same, depth=4, rank=rank).tolist() == [2]  # one child: no rank
 
 
 def test_peeked_noise_is_the_noise_later_read_and_leaves_the_generator_alone():
@@ -81,8 +104,8 @@ def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
     grams, filed = [], []
     real = proposer.free_iteration
 
-    def spy(tree, node, picks, depth):
-        guess = real(tree, node, picks, depth)
+    def spy(tree, node, picks, depth, rank=None):
+        guess = real(tree, node, picks, depth, rank)
         if guess.size == depth:
             grams.append(guess.tolist())
         return guess
