@@ -11,13 +11,13 @@ the model's next token given the text so far plus the guesses before it. So a br
     picks     at c: p1, at d: p2, at e: p3
     guess     x -> p1 -> p2 -> p3   (p1 follows x as Jacobi guesses it: c stood where x is)
 
-The branch starts at ``node``'s likeliest child by the model's own scores there (where the
-caller ranks them): the likelier the wrong token, the nearer its context to the text's, and
-the more often the prediction after it is the one after the token emitted (at T=1 in bf16
-11.7% of steps against 10.6% with the deepest branch; 20 HumanEval prompts, 2026-12-04). Below
-it the branch is the deepest. Greedily the picks are the fetched argmaxes; under seeded sampling, the race each position
-will run with its known noise (``verify.noise.NoiseStream.peek``), so the guesses follow the
-sampled text, whose fixed point under that noise it is.
+Each child of ``node`` starts a branch (the deepest below it), and each branch gives a
+guess. The window keeps those of its likeliest children by the model's own scores there: the
+likelier the wrong token, the nearer its context to the text's, and the more often the
+prediction after it is the one after the token emitted. Greedily the picks are the fetched
+argmaxes; under seeded sampling, the race each position will run with its known noise
+(``verify.noise.NoiseStream.peek``), so the guesses follow the sampled text, whose fixed point
+under that noise it is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from lookahead.drafts.tree import GuessTree
 
-_NONE = np.zeros(0, dtype=np.int64)
+_NONE = np.zeros((0, 0), dtype=np.int64)
 
 
 def deepest_branch(tree: GuessTree, node: int) -> list[int]:
@@ -59,18 +59,23 @@ def children(tree: GuessTree, node: int) -> tuple[np.ndarray, np.ndarray]:
     return kids, tokens
 
 
-def free_iteration(tree: GuessTree, node: int, picks, depth: int, rank=None) -> np.ndarray:
-    """The guess of the (at most ``depth``) tokens after the one emitted at ``node``:
-    ``picks(branch)``, the tokens picked at the nodes of a branch below it, the k-th read as
-    the k-th token after ``node``'s (int64 ``[<= depth]``, empty for a leaf). The branch starts
-    at the child ``rank(node, tokens)`` names (the index of the likeliest of ``node``'s
-    children's tokens) where there are several, and is the deepest below that."""
+def free_iterations(tree: GuessTree, node: int, picks, depth: int, rank=None, most: int = 1) -> np.ndarray:
+    """The guesses of the (at most ``depth``) tokens after the one emitted at ``node``, one per
+    branch below it: ``picks(branch)``, the tokens picked at the branch's nodes, the k-th read
+    as the k-th token after ``node``'s. Int64 ``[r, <= depth]``, -1 padded (``[0, 0]`` for a
+    leaf). Where ``rank(node, tokens)`` orders ``node``'s children's tokens (likeliest first),
+    up to ``most`` branches start at the first children it names, each the deepest below its
+    child; without it one branch, the deepest below ``node``."""
     kids, tokens = children(tree, node)
     if rank is not None and kids.shape[0] > 1:
-        first = int(kids[rank(node, tokens)])
-        branch = ([first] + deepest_branch(tree, first))[:depth]
+        firsts = [int(kids[i]) for i in rank(node, tokens)[:most]]
+        branches = [([first] + deepest_branch(tree, first))[:depth] for first in firsts]
     else:
-        branch = deepest_branch(tree, node)[:depth]
-    if not branch:
+        branches = [deepest_branch(tree, node)[:depth]]
+    branches = [branch for branch in branches if branch]
+    if not branches:
         return _NONE
-    return np.array(picks(branch), dtype=np.int64)
+    out = np.full((len(branches), max(len(b) for b in branches)), -1, dtype=np.int64)
+    for row, branch in zip(out, branches):
+        row[: len(branch)] = picks(branch)
+    return out

@@ -18,7 +18,7 @@ from lookahead.config import LookaheadConfig
 from lookahead.drafts import kernels
 from lookahead.drafts.budget import DraftBudget
 from lookahead.drafts.copy_drafter import CopyDrafter
-from lookahead.drafts.jacobi import free_iteration
+from lookahead.drafts.jacobi import free_iterations
 from lookahead.drafts.noise_race import NoiseRace
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.successors import SuccessorTable, kept_table
@@ -33,6 +33,7 @@ from lookahead.step.sequence import TokenSequence
 from lookahead.verify.rules import walk
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
+_NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 # (source, prior of a row's first token, of its later ones): a little above what rows held
 # alone, so a fresh request still tries them (docs/benchmarks.md, POOL_SOURCES)
 POOL_SOURCES = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
@@ -110,9 +111,10 @@ class Proposer:
                 if pool is not None:  # a kept (or a batch's) pool: start from what earlier requests learnt
                     sampled = getattr(rule, "noise_ahead", None) is not None
                     self.budget.carry(self.pool.budgets, (sampled, sources, config.ngram - 1, config.copy_length))
-        # the window's guess of the tokens after the root, from the last step's free Jacobi
-        # iteration (the budget weighs it with the other sources)
-        self.jacobi = _NO_CHAIN
+        # the window's guesses of the tokens after the root (int64 [r, <= ngram - 1], -1
+        # padded), from the last step's free Jacobi iterations (the budget weighs them with
+        # the other sources)
+        self.jacobi = _NO_ROWS
         self.successors: SuccessorTable | None = None
         self.window: JacobiWindow | None = None
         self.step_mask: StepMask | None = None  # root + window + guesses
@@ -204,7 +206,7 @@ class Proposer:
         guesses, the copy guess's, then the pool's, then the recycled successors'."""
         parts = []
         if self.budget is not None and self.config.window:
-            parts.append(("window", self.jacobi[None]))
+            parts.append(("window", self.jacobi))
         if self.pool is not None:
             # a step follows the prefill: the prompt's last token precedes its first token
             pooled, paired = self.pool.lookup_split(seq.tokens[-1], seq.tokens[-2])
@@ -263,17 +265,19 @@ class Proposer:
     def _iterate_window(
         self, seq: TokenSequence, tree: GuessTree, path: list[int], preds: torch.Tensor, logits: torch.Tensor | None
     ) -> None:
-        """The step's free Jacobi iteration, read after the new root's likeliest fed sibling by
-        the step's ``logits``, becomes the window's guess of what follows the new root (without
-        one, the old guess moves on); a full one is also a trajectory n-gram for
-        the pool, keyed by the root alone: under the root and the token before it, it would
-        learn in the text's context-pair bins, whose chances it does not have (docs/benchmarks.md,
-        2026-12-03)."""
-        rank = None if logits is None else lambda node, tokens: int(logits[node, torch.from_numpy(tokens)].argmax())
-        guess = free_iteration(tree, path[-1], self._picker(seq, preds, logits), self.config.ngram - 1, rank)
-        self.jacobi = guess if guess.size else self.jacobi[len(path) :]
-        if self.pool is not None and guess.size == self.config.ngram - 1:
-            gram = np.concatenate([seq.tokens[-1:], guess])[None]
+        """The step's free Jacobi iterations, read after the new root's likeliest fed siblings
+        (up to ``window`` of them, ranked by the step's ``logits``), become the window's guesses
+        of what follows the new root (without any, the old first guess moves on); a full first
+        one is also a trajectory n-gram for the pool, keyed by the root alone: under the root and
+        the token before it, it would learn in the text's context-pair bins, whose chances it
+        does not have (docs/benchmarks.md, 2026-12-03)."""
+        rank = None if logits is None else lambda node, tokens: _likeliest_first(logits[node], tokens)
+        picks = self._picker(seq, preds, logits)
+        guesses = free_iterations(tree, path[-1], picks, self.config.ngram - 1, rank, self.config.window)
+        self.jacobi = guesses if guesses.size else _moved_on(self.jacobi, len(path))
+        first = guesses[0] if guesses.size else _NO_CHAIN
+        if self.pool is not None and first.size == self.config.ngram - 1 and first[-1] >= 0:
+            gram = np.concatenate([seq.tokens[-1:], first])[None]
             self.pool.insert(gram)
 
     def _picker(self, seq: TokenSequence, preds: torch.Tensor, logits: torch.Tensor | None):
@@ -317,11 +321,24 @@ class Proposer:
             self.window.slide(accepted)
         if self.budget is not None and self.config.window:
             if self.jacobi.size:  # scored fed or not: the token after the root is the first appended
-                self.budget.score_window(int(self.jacobi[0]) == seq.tokens[-accepted])
+                self.budget.score_window(seq.tokens[-accepted] in self.jacobi[:, 0].tolist())
             self._iterate_window(seq, tree, path, preds, logits)
         self.learn_text(seq, accepted)
         if self.budget is not None:
             self.budget.learn(seq.tokens[-accepted:])
+
+
+def _moved_on(guesses: np.ndarray, accepted: int) -> np.ndarray:
+    """The first of the window's ``guesses`` (int64 ``[r, d]``, -1 padded) past the ``accepted``
+    tokens a step appended, as a ``[1, <= d]`` row (``[0, 0]`` where nothing of it is left)."""
+    rest = guesses[:1, accepted:]
+    return rest if rest.size and rest[0, 0] >= 0 else _NO_ROWS
+
+
+def _likeliest_first(scores: torch.Tensor, tokens: np.ndarray) -> list[int]:
+    """The indices of ``tokens`` (int64 ``[c]``) by their ``scores`` (a ``[V]`` row), highest
+    first (the first of a tie first)."""
+    return torch.argsort(scores[torch.from_numpy(tokens)], descending=True, stable=True).tolist()
 
 
 def _commonest(text: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ or by the race with each position's known noise, and the noise peeked without re
 import numpy as np
 import torch
 
-from lookahead.drafts.jacobi import children, deepest_branch, free_iteration
+from lookahead.drafts.jacobi import children, deepest_branch, free_iterations
 from lookahead.drafts.tree import GuessTree
 from lookahead.verify.noise import NoiseStream
 from lookahead.verify.rules import SamplingRule
@@ -26,14 +26,16 @@ def test_the_deepest_branch_below_a_node():
     assert deepest_branch(tree, 1) == [2]
     assert deepest_branch(tree, seven) == [eight, nine]  # 8's branch is deeper than 5's
     assert deepest_branch(tree, nine) == [] and deepest_branch(tree, five) == []
-    picks = free_iteration(tree, seven, lambda nodes: [100 * v + k for k, v in enumerate(nodes)], depth=4)
-    assert picks.tolist() == [100 * eight, 100 * nine + 1]
-    assert free_iteration(tree, 0, lambda nodes: list(range(len(nodes))), depth=2).tolist() == [0, 1]
+    picks = free_iterations(tree, seven, lambda nodes: [100 * v + k for k, v in enumerate(nodes)], depth=4)
+    assert picks.tolist() == [[100 * eight, 100 * nine + 1]]
+    assert free_iterations(tree, 0, lambda nodes: list(range(len(nodes))), depth=2).tolist() == [[0, 1]]
+    assert free_iterations(tree, nine, lambda nodes: list(nodes), depth=2).shape == (0, 0)  # a leaf
 
 
-def test_a_ranked_iteration_reads_after_the_likeliest_child():
-    """Where the caller ranks a node's children (by the model's scores there), the branch
-    starts at the one it names, the chain's child included, and is the deepest below it."""
+def test_ranked_iterations_read_after_the_likeliest_children():
+    """Where the caller ranks a node's children (by the model's scores there), up to ``most``
+    branches start at the children it names first, the chain's child included, each the
+    deepest below its child; rows shorter than the longest end in -1."""
     tree = _tree()
     kids = tree.children()
     seven = kids[(0, 7)]
@@ -46,12 +48,13 @@ def test_a_ranked_iteration_reads_after_the_likeliest_child():
     assert children(tree, nine)[0].size == 0
     same = lambda nodes: list(nodes)  # noqa: E731
     scores = {3: 1.0, 4: 0.0, 7: 2.0, 8: 0.0, 5: 3.0, 9: 0.0}
-    rank = lambda node, toks: int(np.argmax([scores[t] for t in toks]))  # noqa: E731
-    assert free_iteration(tree, 0, same, depth=4, rank=rank).tolist() == [seven, eight, nine]
-    assert free_iteration(tree, seven, same, depth=4, rank=rank).tolist() == [five]  # likelier than 8
+    rank = lambda node, toks: sorted(range(len(toks)), key=lambda i: -scores[int(toks[i])])  # noqa: E731
+    assert free_iterations(tree, 0, same, 4, rank).tolist() == [[seven, eight, nine]]
+    assert free_iterations(tree, 0, same, 4, rank, most=2).tolist() == [[seven, eight, nine], [1, 2, -1]]
+    assert free_iterations(tree, seven, same, 4, rank, most=4).tolist() == [[five, -1], [eight, nine]]
     scores[3] = 5.0
-    assert free_iteration(tree, 0, same, depth=4, rank=rank).tolist() == [1, 2]  # the chain's 3
-    assert free_iteration(tree, 1, same, depth=4, rank=rank).tolist() == [2]  # one child: no rank
+    assert free_iterations(tree, 0, same, 2, rank, most=2).tolist() == [[1, 2], [seven, eight]]
+    assert free_iterations(tree, 1, same, 4, rank, most=2).tolist() == [[2]]  # one child: no rank
 
 
 def test_peeked_noise_is_the_noise_later_read_and_leaves_the_generator_alone():
@@ -93,7 +96,7 @@ def test_a_guess_is_the_token_the_race_emits_at_that_position():
 
 
 def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
-    """Each full free iteration becomes the trajectory n-gram ``[root, guess...]`` of the pool,
+    """Each full first free iteration becomes the trajectory n-gram ``[root, guess...]`` of the pool,
     keyed by the root alone (its chances are not the text's context pairs'), and the output
     stays greedy's."""
     import lookahead
@@ -102,20 +105,20 @@ def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
     from tiny_models import tiny_model
 
     grams, filed = [], []
-    real = proposer.free_iteration
+    real = proposer.free_iterations
 
-    def spy(tree, node, picks, depth, rank=None):
-        guess = real(tree, node, picks, depth, rank)
-        if guess.size == depth:
-            grams.append(guess.tolist())
-        return guess
+    def spy(tree, node, picks, depth, rank=None, most=1):
+        guesses = real(tree, node, picks, depth, rank, most)
+        if guesses.size and guesses.shape[1] == depth and guesses[0, -1] >= 0:
+            grams.append(guesses[0].tolist())
+        return guesses
 
     class Recording(lookahead.NgramPool):
         def insert(self, ngrams, before=None):
             filed.extend((row, before) for row in np.asarray(ngrams).tolist())
             super().insert(ngrams, before)
 
-    monkeypatch.setattr(proposer, "free_iteration", spy)
+    monkeypatch.setattr(proposer, "free_iterations", spy)
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 3])
     kwargs = dict(max_new_tokens=32, eos_token_id=None, pad_token_id=0)
