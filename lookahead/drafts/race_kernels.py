@@ -61,8 +61,9 @@ def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_m
     temperature (``inv_temp`` = 1 / T), then top-k (``top_k``, 0 for none), top-p
     (``top_p``, 1.0 for none, keeping at least ``keep_p``) and min-p (``min_p``, 0.0 for none,
     keeping ``keep_min_p``), as ``generate`` applies them, and ``q`` noise row i (float32
-    ``[m, V]``); past the m rows, the likeliest token. It is the exact race's winner wherever
-    the support lies within the slice (always under a top-k of at most ``TOP``).
+    ``[m, V]``); past the m rows, the likeliest token. A row with noise races the tokens past
+    the slice too, where the filters keep any (:func:`_tail_winner`): its pick is the exact
+    race's winner, up to float rounding.
 
     Example: a row whose best two are token 7 (logit 2.0) and 8 (1.0), T = 1, no filters:
     7 greedily; with ``q[7] = 1`` and ``q[8] = e^-2`` the race weighs 7 at 1 and 8 at
@@ -78,6 +79,7 @@ def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_m
         for j in range(n):
             alive[j] = top_k <= 0 or j < top_k
         tail = n < row.shape[0] and (top_k <= 0 or top_k > n)  # tokens past the slice still in
+        norm = 0.0
         if top_p < 1.0:
             if tail:
                 norm = row_lse(row, inv_temp, vals[0])
@@ -104,4 +106,46 @@ def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_m
                     ratio /= noise[i, idx[j]]
                 if ratio > best_ratio:
                     best, best_ratio = idx[j], ratio
+        if tail and i < noise.shape[0] and best_ratio > 0.0:
+            filters = (top_k, top_p, keep_p, min_p, keep_min_p, norm)
+            best = _tail_winner(row, noise[i], vals[0], vals[n - 1], inv_temp, best, best_ratio, filters)
         out[i] = best
+
+
+@njit(cache=True, inline="always")
+def _tail_winner(row, q, top, last, inv_temp, best, best_ratio, filters):
+    """The race's winner once the tokens past the slice run too: ``best`` (the slice's, at
+    ``best_ratio``) or a token past it. Such a token's logit is at most the slice's ``last``, so
+    it beats ``best_ratio`` only with noise below ``e^((last - top) / T) / best_ratio``: one
+    pass over the noise row finds the few that may (at T = 1 with no top-k, a quarter of the
+    embedded model's samples lie past its 64 likeliest tokens). Each is raced if the filters
+    keep it (:func:`_kept`)."""
+    bound = np.exp((last - top) * inv_temp) / best_ratio
+    for j in range(row.shape[0]):
+        if q[j] < bound and row[j] <= last:
+            ratio = np.exp((row[j] - top) * inv_temp) / q[j]
+            if ratio > best_ratio and _kept(row, j, top, inv_temp, filters):
+                best, best_ratio = j, ratio
+    return best
+
+
+@njit(cache=True, inline="always")
+def _kept(row, j, top, inv_temp, filters):
+    """Whether ``generate``'s warpers keep token ``j`` of ``row`` (logits, its maximum
+    ``top``): each keeps the highest tokens, so one pass counts the tokens above ``j`` and
+    their mass. ``filters``: top-k, top-p and its minimum kept, min-p and its minimum kept,
+    and the row's log-normaliser (:func:`row_lse`; the whole row's, a top-k's cut included,
+    where a top-p follows a top-k wider than the slice: a guess needs no more)."""
+    top_k, top_p, keep_p, min_p, keep_min_p, norm = filters
+    v = row[j]
+    rank, mass = 0, 0.0
+    for m in range(row.shape[0]):
+        if row[m] > v:
+            rank += 1
+            if top_p < 1.0:
+                mass += np.exp(row[m] * inv_temp - norm)
+    if top_k > 0 and rank >= top_k:
+        return False
+    if top_p < 1.0 and not (mass < top_p or rank < keep_p):
+        return False
+    return min_p <= 0.0 or np.exp((v - top) * inv_temp) >= min_p or rank < keep_min_p
