@@ -18,11 +18,14 @@ re-stated over that slice::
     top-p                   a token stays while the mass above it is < top_p
     min-p                   a token stays while p >= min_p * p_top
 
-It is the exact race's winner whenever the support lies within the slice, as it does under a
-top-k of at most ``TOP`` (``generate``'s default top_k is 50); where top-p or min-p leave
-tokens beyond it, those few are not raced. Other processors (a repetition penalty, a bias, a
-custom one) are not re-stated: :meth:`NoiseRace.of` gives None and the rule races the exact
-scores (``SamplingRule.guesses``).
+Where the support reaches past the slice (no top-k, or one above ``TOP``), a token past it
+wins only with noise small enough to beat the slice's best, so one pass over the noise row
+finds the few that may, and each is checked against the filters
+(``race_kernels._tail_winner``): the pick is the exact race's winner up to float rounding.
+That matters: at T=1 with no top-k a quarter of the embedded model's samples lie past its
+64 likeliest tokens. Other processors (a repetition penalty, a bias, a custom one) are not
+re-stated: :meth:`NoiseRace.of` gives None and the rule races the exact scores
+(``SamplingRule.guesses``).
 """
 
 from __future__ import annotations
