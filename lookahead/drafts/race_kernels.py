@@ -118,15 +118,26 @@ def _tail_winner(row, q, top, last, inv_temp, best, best_ratio, filters):
     ``best_ratio``) or a token past it. Such a token's logit is at most the slice's ``last``, so
     it beats ``best_ratio`` only with noise below ``e^((last - top) / T) / best_ratio``: one
     pass over the noise row finds the few that may (at T = 1 with no top-k, a quarter of the
-    embedded model's samples lie past its 64 likeliest tokens). Each is raced if the filters
-    keep it (:func:`_kept`)."""
-    bound = np.exp((last - top) * inv_temp) / best_ratio
-    for j in range(row.shape[0]):
-        if q[j] < bound and row[j] <= last:
-            ratio = np.exp((row[j] - top) * inv_temp) / q[j]
-            if ratio > best_ratio and _kept(row, j, top, inv_temp, filters):
-                best, best_ratio = j, ratio
-    return best
+    embedded model's samples lie past its 64 likeliest tokens). The best of them wins if the
+    filters keep it (:func:`_kept`). Each filter keeps the highest tokens, so where it does
+    not, no token at or below its logit is kept either, and the pass runs again above it."""
+    top_k, top_p, _, min_p, _, _ = filters
+    reach = np.exp((last - top) * inv_temp)  # the most a token past the slice weighs before its noise
+    floor = -np.inf
+    while True:
+        found, found_ratio = -1, best_ratio
+        bound = np.float32(reach / found_ratio)
+        for j in range(row.shape[0]):
+            if q[j] < bound and floor < row[j] <= last:
+                ratio = np.exp((row[j] - top) * inv_temp) / q[j]
+                if ratio > found_ratio:
+                    found, found_ratio = j, ratio
+                    bound = np.float32(reach / found_ratio)  # a better find leaves fewer that may beat it
+        if found < 0:
+            return best
+        if (top_k <= 0 and top_p >= 1.0 and min_p <= 0.0) or _kept(row, found, top, inv_temp, filters):
+            return found
+        floor = row[found]
 
 
 @njit(cache=True, inline="always")
