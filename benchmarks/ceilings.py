@@ -2,7 +2,7 @@
 """What each guess source could earn under seeded sampling: hit rates against the sample itself.
 
 Under one seed the noise of every future position is known before the model sees it
-(``lookahead.verify.noise``): the token sampled at step t is the argmax over x of
+(``lookahead.sampling.noise``): the token sampled at step t is the argmax over x of
 ``log p_t(x) - log q_t(x)``, ``q_t`` being block t of the seeded Exp(1) stream. A source that
 has a distribution for position t can propose that race's winner instead of its argmax. This
 script measures, clock-free, on seeded ``model.generate`` output (teacher-forced; tokens are
@@ -46,7 +46,7 @@ from curves import CURVES  # benchmarks/curves.py, beside this script
 
 import lookahead
 from lookahead.bench.prompts import humaneval_prompts
-from lookahead.verify.race import warpers
+from lookahead.checking.verdict import warpers
 
 MAX_MATCH = 8
 

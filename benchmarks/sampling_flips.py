@@ -4,7 +4,7 @@
 For each of the first N HumanEval prompts, with seed = the prompt's index, run
 ``torch.manual_seed(seed); model.generate(do_sample=True, ...)`` and the same with
 ``lookahead.generate``, compare token for token, and at a first difference judge it
-(``lookahead.verify.race.race_verdict``): a rounding flip of the race, one at the top-p boundary,
+(``lookahead.checking.verdict.race_verdict``): a rounding flip of the race, one at the top-p boundary,
 or a bug (each record also keeps the race gap, ``inf`` when a token lies outside the nucleus).
 
     python benchmarks/sampling_flips.py --limit 100 --max-new-tokens 128 --temperature 1.0 --top-p 0.95
@@ -20,7 +20,7 @@ import torch
 
 import lookahead
 from lookahead.bench.prompts import humaneval_prompts
-from lookahead.verify.race import race_verdict, warpers
+from lookahead.checking.verdict import race_verdict, warpers
 
 
 def main(argv=None) -> int:

@@ -56,16 +56,14 @@ class LookaheadConfig:
             each step; the draft budget feeds their nodes where they hold often enough, the
             first row (the likeliest chain) learning apart from the others. Under seeded
             sampling the first row follows the stored successors that win each position's
-            race with its known noise. 0 = off. Measured on the embedded model, 20 HumanEval
-            prompts (docs/benchmarks.md, 2026-12-03): 4 rows give 2.80 tokens per forward
-            against 2.76 with 2 and 2.77 with 8.
+            race with its known noise. 0 = off. The default 4 is the best measured on the
+            embedded model (docs/benchmarks.md).
         adaptive: feed each step the draft budget's choice of nodes from every source (the
-            window's free-iteration row among them), as many as pay for their forward, or
-            plain decoding; where there is no copy guess, hence no budget, choose between the
-            full shape (with the window), a lean one (all other guesses) and plain decoding.
-            Either way by the tokens accepted per unit of calibrated forward cost on this
-            model and machine, so decoding backs off where guesses stop paying. Only for
-            ``method="lookahead"``; False feeds every step the full shape.
+            window's free-iteration row among them), as many as pay for their forward by the
+            tokens they are expected to add per unit of calibrated forward cost on this model
+            and machine, possibly none (a plain step): decoding backs off where guesses stop
+            paying. False feeds every step the published fixed shape (the window's levels and
+            every source's whole guesses). Only for ``method="lookahead"``.
         static_buckets: on a ``StaticCache`` (``cache_implementation="static"``) every step is
             padded to the smallest of these sizes that holds it, so a compiled forward meets one
             shape per bucket (wider steps run uncompiled). Increasing ints in [1, 1024].
@@ -141,6 +139,22 @@ class LookaheadConfig:
             return 1 + self.window
         rows = (self.guesses if self.uses_pool else 0) + (self.successors if self.uses_successors else 0)
         return 1 + self.levels * self.window + rows * (self.ngram - 1) + (self.copy_length if self.uses_copy else 0)
+
+    @property
+    def classic(self) -> bool:
+        """Whether steps take the published fixed shape (the window's levels and every
+        source's whole guesses, ``lookahead/step/classic.py``) instead of the draft budget's
+        choice."""
+        return self.method == "jacobi" or not self.adaptive
+
+    @property
+    def draft_nodes(self) -> int:
+        """The most draft nodes a budgeted step feeds: ``copy_length``, or without the copy
+        guess every other source's rows (``ngram - 1`` tokens each)."""
+        if self.uses_copy:
+            return self.copy_length
+        rows = self.window + (self.guesses if self.uses_pool else 0) + (self.successors if self.uses_successors else 0)
+        return max(rows, 1) * (self.ngram - 1)
 
     @property
     def uses_pool(self) -> bool:

@@ -32,11 +32,12 @@ import time
 from numba import types
 from numba.core.registry import CPUDispatcher
 
-from lookahead.drafts import budget, kernels, race_kernels, suffix_kernels
+from lookahead.drafts import budget, kernels, suffix_kernels
+from lookahead.sampling import guess_kernels, sort_kernels
 from lookahead.step import kernels as step_kernels
-from lookahead.verify import sort_kernels
+from lookahead.verify import kernels as tree_kernels
 
-KERNEL_MODULES = (kernels, race_kernels, suffix_kernels, budget, step_kernels, sort_kernels)
+KERNEL_MODULES = (kernels, guess_kernels, suffix_kernels, budget, step_kernels, sort_kernels, tree_kernels)
 
 
 def _array(dtype, ndim: int = 1):
@@ -60,10 +61,9 @@ SIGNATURES = {
     "kernels.pool_insert_text": (*POOL, IDS, I64, I64, B),
     "kernels.successors_update": (_array(types.int32, 2), LOGITS, IDS, _array(I64, 2), LOGITS),
     "kernels.successor_rows": (_array(types.int32, 2), LOGITS, I64, I64, I64, LOGITS, F64, _array(I64, 2)),
-    "kernels.successor_margin": (_array(types.int32, 2), LOGITS, I64, LOGITS, F64),
     "kernels.merge_trie": (IDS, _array(I64, 2), I64, I64),
-    "race_kernels.race_top": (LOGITS, IDS, LOGITS, F64, I64, F64, I64, F64, I64, IDS),
-    "race_kernels.row_lse": (_array(types.float32), F64, types.float32),
+    "guess_kernels.race_top": (LOGITS, IDS, LOGITS, F64, I64, F64, I64, F64, I64, IDS),
+    "guess_kernels.row_lse": (_array(types.float32), F64, types.float32),
     "sort_kernels.sort_rows": (LOGITS, LOGITS),
     "sort_kernels.cut_values": (LOGITS, IDS, _array(types.float32)),
     "kernels.step_layout": (IDS, _array(B, 2), IDS, IDS, _array(B, 2)),

@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 
 from lookahead.bench.runner import TIE_MARGIN, Record
-from lookahead.verify.race import is_flip
+from lookahead.checking.verdict import is_flip
 
 SCHEMA_VERSION = 1
 # The stable keys other tools read; docs/bench.md documents them. Extra keys may follow them.
@@ -167,7 +167,7 @@ def prompt_entry(record: Record, base: dict) -> dict:
         "first_mismatch": record.first_mismatch,
         # extra keys
         "tie_margin": record.tie_margin,
-        "flip": record.flip,  # sampling: lookahead.verify.race's verdict at first_mismatch
+        "flip": record.flip,  # sampling: lookahead.checking.verdict's verdict at first_mismatch
         "prompt_tokens": record.prompt_tokens,
         "tokens_per_forward": _ratio(result.new_tokens, result.forwards),
         "speedup": _speedup(result.new_tokens, result.wall_s, theirs.new_tokens, theirs.wall_s) if theirs else None,

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from lookahead.bench import methods
 from lookahead.bench.prompts import Prompt
 from lookahead.checking.exactness import first_difference
-from lookahead.verify.race import TIE_GAP, race_verdict
+from lookahead.checking.verdict import TIE_GAP, race_verdict
 
 WARMUP_TOKENS = 16
 
@@ -43,7 +43,7 @@ class Record:
     # or between the two tokens' values in the seeded sampling race: a gap of a few float
     # rounding steps is a tie that any change of shapes may break
     tie_margin: float | None = None
-    # sampling: lookahead.verify.race's verdict there (Verdict.as_dict): a rounding flip of the
+    # sampling: lookahead.checking.verdict's verdict there (Verdict.as_dict): a rounding flip of the
     # race, one at a support boundary (top-k, top-p, min-p, typical-p, epsilon, eta), or a bug
     flip: dict | None = None
     checked: bool = True  # compared with the baseline (sampling: only seed-exact methods are)
@@ -196,7 +196,7 @@ def _mark_mismatches(row: list[Record], baseline: str, bar) -> None:
 
 
 TIE_MARGIN = TIE_GAP  # greedy logits closer than this are a rounding tie (fp32 steps are ~1e-6 here)
-# (a sampled mismatch is judged by lookahead.verify.race's verdict, against its dtype's tolerance)
+# (a sampled mismatch is judged by lookahead.checking.verdict's verdict, against its dtype's tolerance)
 
 
 @torch.inference_mode()
@@ -212,7 +212,7 @@ def _measure_ties(
     """Set ``tie_margin`` of each mismatched record at its first differing token, from one
     forward of that row's prompt and baseline tokens: greedy's top-2 logit gap, or (sampling)
     the race gap between the two tokens under the round's seed, and ``flip``, the verdict on it
-    (``lookahead.verify.race``)."""
+    (``lookahead.checking.verdict``)."""
     reference = next((r for r in row if r.label == baseline), None)
     for record in row:
         if record is reference or reference is None or record.first_mismatch is None:

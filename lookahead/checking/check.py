@@ -22,8 +22,8 @@ import lookahead
 from lookahead.checking import loading
 from lookahead.checking.exactness import EXIT_MISMATCH, EXIT_OK, first_difference, full_precision
 from lookahead.checking.exactness import dtype_name as _dtype_name
+from lookahead.checking.verdict import Verdict, generate_processors, replay_noise, verdict
 from lookahead.config import LookaheadConfig
-from lookahead.verify.race import Verdict, generate_processors, replay_noise, verdict
 
 NEAR_TIE_STEPS = 8.0  # margins within this many rounding steps of the score are reported as near-ties
 
@@ -51,7 +51,7 @@ class Mismatch:
     top_score: float | None = None
     error: str | None = None
     seed: int | None = None  # sampling: the torch seed both decodings ran under
-    race_gap: float | None = None  # sampling: the two tokens' gap in the seeded race (lookahead.verify.race)
+    race_gap: float | None = None  # sampling: the two tokens' gap in the seeded race (lookahead.checking.verdict)
     verdict: Verdict | None = None  # sampling: a rounding flip (of the race, at a boundary) or a bug
 
 
@@ -133,7 +133,7 @@ def run_check(
 
     With ``sample`` each case also draws sampling settings (temperature, top-k, top-p, min-p,
     typical-p) and a torch seed, and compares with ``model.generate(do_sample=True)`` under that
-    seed; a mismatch then reports the two tokens' gap in the seeded race (``lookahead.verify.race``).
+    seed; a mismatch then reports the two tokens' gap in the seeded race (``lookahead.checking.verdict``).
 
     ``progress``, when given, is called with the number of runs so far after each run.
     Raises ``lookahead.Unsupported`` up front when lookahead cannot serve the model at all,
@@ -309,7 +309,7 @@ def _unwrap(err: BaseException) -> _Found | None:
 
 def _add_margin(model, mismatch: Mismatch) -> None:
     """Plain decoding's top-2 margin of the processed scores at the first differing position
-    (sampling: the verdict of ``lookahead.verify.race`` on generate's own logits, processors and
+    (sampling: the verdict of ``lookahead.checking.verdict`` on generate's own logits, processors and
     noise there, and the two tokens' race gap)."""
     if mismatch.position is None or mismatch.expected is None:
         return

@@ -45,6 +45,6 @@ class Request:
 
     def warpers(self):
         """The processors ``generate`` builds for this sampling request."""
-        from lookahead.verify.race import warpers
+        from lookahead.checking.verdict import warpers
 
         return warpers(self.temperature, self.top_p)

@@ -16,10 +16,10 @@ import lookahead.cli.options as options
 from lookahead.checking import loading
 from lookahead.checking.exactness import first_difference, full_precision
 from lookahead.checking.request import Request
+from lookahead.checking.verdict import is_flip, race_verdict
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.step.sdpa import without_cudnn
-from lookahead.verify.race import is_flip, race_verdict
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing
@@ -116,7 +116,7 @@ class Outcome:
     """One ``lookahead generate`` run. ``compare`` is ``None`` unless plain decoding ran too:
     then ``{"plain_new_tokens", "plain_wall_s", "plain_tokens_per_s", "speedup", "identical",
     "first_difference", "race_gap", "flip"}`` (``speedup``: plain wall time / lookahead wall time;
-    sampling: ``flip`` is ``lookahead.verify.race``'s verdict where they part, as a dict)."""
+    sampling: ``flip`` is ``lookahead.checking.verdict``'s verdict where they part, as a dict)."""
 
     prompt_tokens: int
     token_ids: list[int]
@@ -284,5 +284,5 @@ def _compare(model, ids, settings: Settings, new: list[int], wall: float) -> dic
         "identical": differ is None,
         "first_difference": differ,
         "race_gap": judged.race_gap if judged else None,  # sampling: the two tokens' race gap where they part
-        "flip": judged.as_dict() if judged else None,  # sampling: lookahead.verify.race's verdict there
+        "flip": judged.as_dict() if judged else None,  # sampling: lookahead.checking.verdict's verdict there
     }

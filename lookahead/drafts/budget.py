@@ -43,15 +43,12 @@ The kernels are pure functions over numpy arrays; :class:`DraftBudget` holds the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit
 
 from lookahead.drafts.suffix_kernels import tree_rows
-
-if TYPE_CHECKING:  # torch stays out of the kernels' imports: lookahead.warmup compiles them without it
-    from lookahead.step.costmodel import CostCurve
 
 SHARE_BINS = 10
 CONTEXTS = (1, 3, 7)  # the copy bins' context groups end at these lengths; the last is open
@@ -210,7 +207,13 @@ class DraftBudget:
     """
 
     def __init__(
-        self, max_nodes: int, costs: CostCurve, overhead: float, row_sources: tuple, depth: int, prior: float = 2.0
+        self,
+        max_nodes: int,
+        costs: Callable[[int], float],
+        overhead: float,
+        row_sources: tuple,
+        depth: int,
+        prior: float = 2.0,
     ):
         self.costs = np.array([costs(k) for k in range(1, max_nodes + 2)])
         self.overhead = overhead

@@ -20,7 +20,8 @@ SPEC_FACTOR, SPEC_OFFSET = 2.0, 2.0
 
 
 class CopyDrafter:
-    """Proposes one step's copy guess: the best scope's tree.
+    """Proposes one step's copy guess: the best scope's tree (a scored source,
+    ``drafts.source``).
 
     Args:
         max_nodes: the most nodes of a draft tree (``LookaheadConfig.copy_length``).
@@ -29,6 +30,10 @@ class CopyDrafter:
         history: earlier requests' indexes (a callable returning ``SuffixIndex`` objects:
             the pool's, rebuilt as it remembers texts); ``corpus``: a static one.
     """
+
+    name = "copy"
+    scored = True  # its nodes carry their own probabilities (the budget calibrates them)
+    bins = ()
 
     def __init__(
         self, max_nodes: int, max_match: int, min_prob: float, history=None, corpus: SuffixIndex | None = None
@@ -63,7 +68,14 @@ class CopyDrafter:
                     best[:n] = out[:n]
         return (*(a[:count] for a in self._best), match)
 
-    def propose(self, text: np.ndarray) -> np.ndarray:
+    def propose(self, context) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The copy guess as a source: its scored :meth:`tree` of the text so far."""
+        return self.tree(context.text)
+
+    def learn(self, outcome) -> None:
+        """Nothing: the text it matches is the step's own; the budget learns its chances."""
+
+    def rows(self, text: np.ndarray) -> np.ndarray:
         """The whole tree as rows (int64 ``[rows, depth]``, -1 padded; ``[0, 0]`` for none)."""
         tokens, parents, _, _ = self.tree(text)
         n = tokens.shape[0]

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead.drafts.tree import GuessTree
-
 _NONE = np.zeros((0, 0), dtype=np.int64)
 
 
-def deepest_branch(tree: GuessTree, node: int) -> list[int]:
-    """The input indices of the deepest branch below ``node`` (its first child on a tie), top
+def deepest_branch(tree, node: int) -> list[int]:
+    """The input indices of the deepest branch below ``node`` of ``tree`` (a
+    ``lookahead.verify.tree.GuessTree``) (its first child on a tie), top
     down; empty when ``node`` is a leaf."""
     width, base = int(tree.chain.shape[0]), tree.base
     parent_of = {i + 1: i for i in range(width)}
@@ -49,7 +48,7 @@ def deepest_branch(tree: GuessTree, node: int) -> list[int]:
     return branch
 
 
-def children(tree: GuessTree, node: int) -> tuple[np.ndarray, np.ndarray]:
+def children(tree, node: int) -> tuple[np.ndarray, np.ndarray]:
     """The input indices of ``node``'s children and their tokens (int64 ``[c]`` each)."""
     width = int(tree.chain.shape[0])
     drafts = np.flatnonzero(tree.parents == node)
@@ -59,7 +58,7 @@ def children(tree: GuessTree, node: int) -> tuple[np.ndarray, np.ndarray]:
     return kids, tokens
 
 
-def free_iterations(tree: GuessTree, node: int, picks, depth: int, rank=None, most: int = 1) -> np.ndarray:
+def free_iterations(tree, node: int, picks, depth: int, rank=None, most: int = 1) -> np.ndarray:
     """The guesses of the (at most ``depth``) tokens after the one emitted at ``node``, one per
     branch below it: ``picks(branch)``, the tokens picked at the branch's nodes, the k-th read
     as the k-th token after ``node``'s. Int64 ``[r, <= depth]``, -1 padded (``[0, 0]`` for a
@@ -79,3 +78,49 @@ def free_iterations(tree: GuessTree, node: int, picks, depth: int, rank=None, mo
     for row, branch in zip(out, branches):
         row[: len(branch)] = picks(branch)
     return out
+
+
+class WindowSource:
+    """The Jacobi window as a guess source: each step's free iterations (one row per fed
+    sibling of the new root, up to ``most``, likeliest first; without any, the old first row
+    moved on) are the next step's guesses of the tokens after the root.
+
+    Args:
+        depth: tokens per row (``ngram - 1``).
+        most: the most rows kept (``LookaheadConfig.window``).
+        pool: where a full first row is filed as a trajectory n-gram, keyed by the root alone:
+            under the root and the token before it, it would learn in the text's context-pair
+            bins, whose chances it does not have (docs/benchmarks.md); or None.
+        score: told, at every step that had a row, whether its first token held: what a fed
+            node buys the next step (``budget.DraftBudget.score_window``); or None.
+    """
+
+    name = "window"
+    scored = False
+    # right after one wrong token the model's next prediction held 23% of the time on the
+    # embedded model (docs/benchmarks.md, "The constants and what set them")
+    bins = (("window", 0.25, 0.5),)
+
+    def __init__(self, depth: int, most: int, pool=None, score=None):
+        self.depth, self.most, self.pool, self.score = depth, most, pool, score
+        self.rows = _NONE
+
+    def propose(self, context) -> list[np.ndarray]:
+        return [self.rows]
+
+    def learn(self, outcome) -> None:
+        text, accepted = outcome.text, outcome.accepted
+        if self.rows.size and self.score is not None:  # fed or not: the first appended token decides
+            self.score(int(text[-accepted]) in self.rows[:, 0].tolist())
+        guesses = free_iterations(outcome.tree, outcome.path[-1], outcome.picks, self.depth, outcome.rank, self.most)
+        self.rows = guesses if guesses.size else moved_on(self.rows, accepted)
+        first = guesses[0] if guesses.size else None
+        if self.pool is not None and first is not None and first.size == self.depth and first[-1] >= 0:
+            self.pool.insert(np.concatenate([text[-1:], first])[None])
+
+
+def moved_on(guesses: np.ndarray, accepted: int) -> np.ndarray:
+    """The first of the window's ``guesses`` (int64 ``[r, d]``, -1 padded) past the ``accepted``
+    tokens a step appended, as a ``[1, <= d]`` row (``[0, 0]`` where nothing of it is left)."""
+    rest = guesses[:1, accepted:]
+    return rest if rest.size and rest[0, 0] >= 0 else _NONE

@@ -236,3 +236,34 @@ class NgramPool:
                     f"lookahead_pool holds {name} token id {int(array.max())}, but the model has "
                     f"{vocab_size} ids: a pool made for another vocabulary"
                 )
+
+
+class PoolSource:
+    """The pool as a guess source: the continuations of the text's last two tokens (where the
+    pool keys pairs), then of its last token, each learning in its own bin; it files the
+    n-grams that end in each step's new tokens (``prompt_ngrams``)."""
+
+    name = "pool"
+    scored = False
+    # a little above what such rows held alone, so a fresh request still tries them
+    # (docs/benchmarks.md, "The constants and what set them")
+    bins = (("pool", 0.6, 0.9), ("pool", 0.3, 0.6))
+
+    def __init__(self, pool: NgramPool, stats, file_text: bool):
+        self.pool, self.stats, self.file_text = pool, stats, file_text
+
+    def propose(self, context) -> list[np.ndarray]:
+        text = context.text
+        rows, paired = self.pool.lookup_split(int(text[-1]), int(text[-2]))
+        self.stats.pool_lookups += 1
+        self.stats.pool_hits += int(rows.shape[0] > 0)
+        return [rows[:paired], rows[paired:]]
+
+    def learn(self, outcome) -> None:
+        if self.file_text:
+            file_new(self.pool, outcome.text, outcome.accepted)
+
+
+def file_new(pool: NgramPool, text: np.ndarray, accepted: int) -> None:
+    """File the n-grams of ``text`` (int64 ``[n]``) that end in its ``accepted`` newest tokens."""
+    pool.insert_text(text, text.shape[0] - accepted - pool.ngram + 1)

@@ -63,12 +63,6 @@ class SuccessorTable:
         alike) as the successors of ``fed`` ``[q]``."""
         kernels.successors_update(self._table, self._scores, fed, top, scores)
 
-    def margin(self, root: int, noise: np.ndarray | None = None, temperature: float = 1.0) -> float:
-        """How far the first token of :meth:`guesses`' row 0 wins its pick (same arguments; see
-        ``kernels.successor_margin``): inf where ``root`` has one successor, -1.0 where none."""
-        noise = _NO_NOISE if noise is None else noise
-        return kernels.successor_margin(self._table, self._scores, root, noise, 1.0 / temperature)
-
     def guesses(self, root: int, noise: np.ndarray | None = None, temperature: float = 1.0) -> np.ndarray:
         """int64 ``[r, length]`` rows following ``root`` (-1 pads); a view, valid until the
         next call. Under seeded sampling ``noise`` (float32 ``[m, V]``) is the known noise of
@@ -80,3 +74,26 @@ class SuccessorTable:
             self._table, self._scores, root, self.k, self.length, noise, 1.0 / temperature, self._out
         )
         return self._out[:n]
+
+
+class SuccessorSource:
+    """The successor table as a guess source: its first row (the likeliest chain, or under
+    seeded sampling the stored successors that win each position's race with its known noise)
+    and the other rows learn in two bins. The table learns from every forward's top-k where
+    the step reads the logits (``lookahead.step.host.fetch``), not here."""
+
+    name = "successors"
+    scored = False
+    # alone, the first row held 0.49 (greedy) / 0.45 (sampled) and the others 0.04 / 0.57
+    # (docs/benchmarks.md, "The constants and what set them")
+    bins = (("successors", 0.5, 0.6), ("successors", 0.1, 0.5))
+
+    def __init__(self, table: SuccessorTable):
+        self.table = table
+
+    def propose(self, context) -> list[np.ndarray]:
+        rows = self.table.guesses(int(context.text[-1]), context.noise, context.temperature)
+        return [rows[:1], rows[1:]]
+
+    def learn(self, outcome) -> None:
+        """Nothing: the table was updated from the step's logits."""

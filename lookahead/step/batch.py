@@ -1,7 +1,7 @@
 """Lookahead decoding of a left-padded batch: one forward per step for every row.
 
 Each row keeps its own window, copy guess, guess tree, positions and acceptance (a
-:class:`~lookahead.drafts.proposer.Proposer`, which plans and learns); the n-gram pool
+:class:`~lookahead.step.proposer.Proposer`, which plans and learns); the n-gram pool
 and the successor table are shared, so rows learn from one another. A step pads every row's
 ``[root | window | draft]`` to the widest row, runs them in one forward, walks each row's
 tree with its own logits and commits what each accepted.
@@ -26,7 +26,6 @@ the cache) unless its scores or logits must be reported: then it feeds pad token
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 import torch
@@ -34,21 +33,23 @@ from transformers.cache_utils import DynamicCache
 
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
-from lookahead.drafts.proposer import Proposer
 from lookahead.drafts.successors import kept_table
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch_rows import ForcedPad, Row, RowView
 from lookahead.step.cache import commit_rows, gather_rows, trim_rows
-from lookahead.step.controller import GUESS_OVERHEAD_S, PLAIN, ShapeController, rule_settings
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.decode import Layout
-from lookahead.step.host import fetch, upload, wait
+from lookahead.step.decode import new_proposer
+from lookahead.step.host import fetch, upload
+from lookahead.step.inputs import timed
 from lookahead.step.mask import attention_groups, batch_masks, stack_steps
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps, bucket_for
 from lookahead.step.stopping import fast_check
-from lookahead.verify.rules import SamplingRule, walk
+from lookahead.verify.rules import walk
+from lookahead.verify.tree import root_layout
+
+ROOT_HEAD = root_layout()  # the head of a step that feeds no window: a pad run, or a left row's root
 
 
 class BatchDecoder:
@@ -84,7 +85,7 @@ class BatchDecoder:
         if pool is None and config.uses_pool:
             self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
         self.costs = costs
-        self.adaptive = config.adaptive and config.method == "lookahead"
+        self.adaptive = not config.classic  # rows with a draft budget
         self.pad, self.pad_after_stop = pad, pad_after_stop
         self.keep_scores, self.keep_logits = keep_scores, keep_logits
         # full-length layers: see the module docstring; on a static cache rows keep their slots
@@ -96,19 +97,8 @@ class BatchDecoder:
         self.live: list[Row] = []  # the rows still decoded, in cache order
 
     def forward(self, **inputs) -> torch.Tensor:
-        return self._timed(
-            lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits,
-            inputs["input_ids"].shape[0],
-        )
-
-    def _timed(self, run, rows: int) -> torch.Tensor:
-        """``run()`` (a forward's logits), counted and timed in the stats."""
-        started = time.perf_counter()
-        logits = wait(run())
-        self.stats.forward_s += time.perf_counter() - started
-        self.stats.forwards += 1
-        self.stats.row_forwards += rows
-        return logits
+        run = lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits  # noqa: E731
+        return timed(self.stats, run, inputs["input_ids"].shape[0])
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
         """Run the prompts, pick each row's first token, seed every row's proposer."""
@@ -128,15 +118,6 @@ class BatchDecoder:
             successors = kept_table(self.pool, logits.shape[-1], cfg.successors, cfg.ngram - 1)
         real_mask = self.past_keep.cpu().numpy()
         rows = input_ids.shape[0]
-        # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
-        self.controller = ShapeController(
-            self.costs,
-            adaptive=self.adaptive,
-            rows=rows,
-            draft=cfg.uses_copy,
-            window_tokens=cfg.levels * cfg.window,
-            **rule_settings(isinstance(self.rule, SamplingRule), cfg.uses_copy),
-        )
         for r in range(rows):
             criteria = self.stopping_criteria
             if fast_check(criteria) is None:
@@ -146,7 +127,8 @@ class BatchDecoder:
             rule.row = r  # its row of a sampling rule's noise blocks
             if rule.processors:
                 rule.processors = RowView(rule.processors, r, rows)
-            proposer = Proposer(cfg, rule, self.stats, self.pool, *self._draft_costs(), self.index, self.model.dtype)
+            # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
+            proposer = new_proposer(cfg, rule, self.stats, self.pool, self.costs, self.index, self.model.dtype)
             proposer.seed(
                 np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
                 self.groups,
@@ -163,14 +145,6 @@ class BatchDecoder:
         self.live = list(self.rows)
         self._retire()
 
-    def _draft_costs(self) -> tuple[CostCurve | None, float]:
-        """What each row's draft budget weighs its nodes against: the controller's curve and
-        one row's planning work (the controller's overhead is the whole batch's), or none
-        under a fixed shape."""
-        if not self.controller.adaptive:
-            return None, 0.0
-        return self.controller.costs, self.controller.costs.seconds_in_units(GUESS_OVERHEAD_S)
-
     @property
     def done(self) -> bool:
         return not self.live
@@ -182,10 +156,7 @@ class BatchDecoder:
         live = self.live
         rows = self.rows if self.static is not None else live
         active = {id(row) for row in live}
-        shape = self.controller.choose()
-        plans = [
-            row.plan(shape, forced=self._forced(row)) if id(row) in active else row.plan(PLAIN, False) for row in rows
-        ]
+        plans = [row.plan(self._forced(row)) if id(row) in active else row.plan_plain() for row in rows]
         width = max(len(tokens) for _, tokens in plans)
         if self.static is not None:
             width = bucket_for(width, self.static.buckets)
@@ -195,11 +166,8 @@ class BatchDecoder:
                 for row, plan in zip(rows, plans)
             ]
         host_ids = np.array([tokens + [tokens[0]] * (width - len(tokens)) for _, tokens in plans], dtype=np.int64)
-        layouts = (
-            [self._step_mask(row, layout).layout(layout.tree) for row, (layout, _) in zip(rows, plans)]
-            if width > 1
-            else []
-        )
+        heads = [row.proposer.mask.head if inputs.windowed else ROOT_HEAD for row, (inputs, _) in zip(rows, plans)]
+        layouts = [inputs.tree.layout(head) for head, (inputs, _) in zip(heads, plans)] if width > 1 else []
         ids, *parts = upload(self.position.device, host_ids, *(a for lay in layouts for a in lay))  # one copy
         offsets, allowed = self._shapes(rows, plans, width, parts)
         mask = batch_masks(
@@ -207,7 +175,7 @@ class BatchDecoder:
         )
         positions = self.position[:, None] + offsets
         if self.static is not None:
-            logits = self._timed(lambda: self.static.run_rows(ids, positions, mask), len(live))
+            logits = timed(self.stats, lambda: self.static.run_rows(ids, positions, mask), len(live))
         else:
             logits = self.forward(input_ids=ids, attention_mask=mask, position_ids=positions)
         table = live[0].proposer.successors  # the rows share one
@@ -218,12 +186,9 @@ class BatchDecoder:
                     host_ids[i, : len(tokens)], top[i, : len(tokens)].numpy(), scores[i, : len(tokens)].numpy()
                 )
         accepted = [
-            self._accept(row, layout, len(tokens), logits[i], preds[i], shape) if id(row) in active else []
-            for i, (row, (layout, tokens)) in enumerate(zip(rows, plans))
+            self._accept(row, inputs, len(tokens), logits[i], preds[i]) if id(row) in active else []
+            for i, (row, (inputs, tokens)) in enumerate(zip(rows, plans))
         ]
-        decoding = [len(k) for k, row in zip(accepted, rows) if id(row) in active and not self._forced(row)]
-        if decoding:  # rows that only feed pads to report scores tell nothing about guesses
-            self.controller.record(shape, sum(decoding) / len(decoding), float(width))
         self._commit(accepted)
         for row in live:
             self._check_stop(row)
@@ -240,23 +205,15 @@ class BatchDecoder:
             )
         return stack_steps(parts[0::2], [allowed.bool() for allowed in parts[1::2]], width)
 
-    @staticmethod
-    def _step_mask(row: Row, layout: Layout):
-        return row.proposer.step_mask if layout.windowed else row.proposer.lean_mask
-
-    def _accept(
-        self, row: Row, layout: Layout, fed: int, logits: torch.Tensor, preds: torch.Tensor, shape: str
-    ) -> list[int]:
+    def _accept(self, row: Row, inputs, fed: int, logits: torch.Tensor, preds: torch.Tensor) -> list[int]:
         """Walk a row's tree over its ``logits`` (``[width, V]``; ``preds`` their host argmax);
         learn from what it fed and accepted; return its kept nodes."""
         proposer, seq = row.proposer, row.seq
-        root = seq.tokens[-1]
-        path = proposer.accept(seq, layout.tree, logits[:fed], preds[:fed].tolist())
+        path = proposer.accept(seq, inputs.tree, logits[:fed], preds[:fed].tolist())
         if self._forced(row):
             return path
-        appended = seq.tokens[-len(path) :]
-        proposer.count(shape, layout, fed, appended)
-        proposer.learn(seq, preds, layout.windowed, path, root, layout.tree, logits[:fed])
+        proposer.count(inputs, fed, seq.tokens[-len(path) :])
+        proposer.learn(seq, preds, path, inputs.tree, logits[:fed])
         return path
 
     def _commit(self, accepted: list[list[int]]) -> None:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead.drafts.proposer import Proposer
-from lookahead.drafts.tree import GuessTree
-from lookahead.step.controller import FULL, PLAIN
-from lookahead.step.decode import ROOT_ONLY, Layout
+from lookahead.sampling.rule import Pick
+from lookahead.step.inputs import ROOT_ONLY, StepInputs
+from lookahead.step.proposer import Proposer
 from lookahead.step.sequence import TokenSequence
-from lookahead.verify.rules import Pick
+from lookahead.verify.tree import GuessTree
 
 _NO_CHAIN = np.zeros(0, dtype=np.int64)
 PAD_RUN = 4  # pad tokens a finished row feeds per step when its scores are reported
@@ -77,29 +76,27 @@ class Row:
     def generated(self) -> int:
         return len(self.seq.tokens) - self.prompt_len
 
-    def plan(self, shape: str, forced: bool):
-        """This step's layout (ids None) and input tokens."""
+    def plan(self, forced: bool):
+        """This step's inputs (ids None) and input tokens."""
         if forced:
             pads = np.full((1, PAD_RUN), self.proposer.rule.pad, dtype=np.int64)
             tree = GuessTree.build(_NO_CHAIN, 1, pads)
-            return Layout(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
-        if shape == PLAIN:
-            return Layout(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
-        window = self.proposer.window if shape == FULL else None
-        return self._layout(window, *self.proposer.plan(self.seq, window, guess=True))
+            return StepInputs(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
+        return self._inputs(*self.proposer.plan(self.seq))
+
+    def plan_plain(self):
+        """The inputs of a step that feeds the root alone (a row that left a static batch)."""
+        return StepInputs(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
 
     def refill(self, plan, width: int):
         """``plan`` (this step's, from :meth:`plan`) with as many more draft nodes as fit in
         ``width`` tokens, which the batch's widest row already pays for; ``plan`` itself
-        where there is no draft budget or no room."""
-        layout, tokens = plan
-        if self.proposer.budget is None or len(tokens) >= width or layout.tree is ROOT_ONLY:
+        where there is no room."""
+        inputs, tokens = plan
+        if len(tokens) >= width:
             return plan
-        window = self.proposer.window if layout.windowed else None
-        head = len(tokens) - layout.tree.size
-        return self._layout(window, *self.proposer.refill(self.seq, window, width - head))
+        return self._inputs(*self.proposer.refill(self.seq, width - 1))
 
-    @staticmethod
-    def _layout(window, tree, tokens, cands, origins):
+    def _inputs(self, tree, tokens, cands, origins):
         cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
-        return Layout(tree, None, None, None, cands, origins, window is not None), tokens
+        return StepInputs(tree, None, None, None, cands, origins, self.proposer.windowed), tokens

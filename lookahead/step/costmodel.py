@@ -32,6 +32,10 @@ import torch
 from lookahead import distributed
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+# the decoder's per-row work in a guessing step beyond plain decoding's (the sources, the
+# budget, the trie, the mask, the walk), in seconds; measured by benchmarks/overhead.py on
+# this project's CPU. The draft budget adds it to every step that feeds a guess
+GUESS_OVERHEAD_S = 4e-4
 CONTEXTS = (64, 256)  # past lengths the steps are timed after (a short and a longer text)
 REPEATS = 15  # timed rounds: 7 left a two-token cost moving by 0.02, and a 4-token one by 0.06
 WARMUP_ROUNDS = 3  # untimed rounds first: a cold process times wide steps too cheap

@@ -1,9 +1,6 @@
-"""The decode loop: one forward per step over ``[last token | window | guesses]``."""
+"""The decode loop of one sequence: each step plans, runs one forward, verifies, commits, learns."""
 
 from __future__ import annotations
-
-import time
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -11,24 +8,21 @@ from transformers.cache_utils import DynamicCache
 
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
-from lookahead.drafts.proposer import Proposer
 from lookahead.drafts.suffix import SuffixIndex
-from lookahead.drafts.tree import GuessTree
-from lookahead.drafts.window import JacobiWindow
 from lookahead.stats import LookaheadStats
 from lookahead.step import kernels
 from lookahead.step.cache import check_cache, commit, held_from, prepare_cache
-from lookahead.step.controller import DRAFT, FULL, PLAIN, ShapeController, rule_settings
-from lookahead.step.costmodel import CostCurve
-from lookahead.step.host import fetch, upload, views, wait, widen
+from lookahead.step.classic import ClassicProposer
+from lookahead.step.costmodel import GUESS_OVERHEAD_S, CostCurve
+from lookahead.step.host import fetch, upload, views, widen
+from lookahead.step.inputs import ROOT_ONLY, StepInputs, timed
 from lookahead.step.mask import attention_groups
+from lookahead.step.proposer import Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps
-from lookahead.verify.rules import SamplingRule, walk
+from lookahead.verify.rules import walk
 
-_NO_CHAIN = np.zeros(0, dtype=np.int64)
 _BLOCKED = torch.finfo(torch.float32).min  # what a float32 StepMask blocks with
-ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
 
 
 class Decoder:
@@ -51,36 +45,11 @@ class Decoder:
         self.config = config
         self.cache = cache
         self.stats = stats
-        self.controller = ShapeController(
-            costs,
-            adaptive=config.adaptive and config.method == "lookahead",
-            draft=config.uses_copy,
-            window_tokens=config.levels * config.window,
-            **rule_settings(isinstance(rule, SamplingRule), config.uses_copy),
-        )
-        adaptive = self.controller.adaptive  # a fixed shape feeds every source's whole guesses
-        self.proposer = Proposer(
-            config,
-            rule,
-            stats,
-            pool,
-            self.controller.costs if adaptive else None,
-            self.controller.overhead,
-            index,
-            model.dtype,
-        )
+        self.proposer = new_proposer(config, rule, stats, pool, costs, index, model.dtype)
 
     def forward(self, **inputs) -> torch.Tensor:
-        return self._timed(lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits[0])
-
-    def _timed(self, fn, *args) -> torch.Tensor:
-        """``fn(*args)`` (a forward's logits), counted and timed in the stats."""
-        started = time.perf_counter()
-        logits = wait(fn(*args))
-        self.stats.forward_s += time.perf_counter() - started
-        self.stats.forwards += 1
-        self.stats.row_forwards += 1
-        return logits
+        run = lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits[0]  # noqa: E731
+        return timed(self.stats, run)
 
     @property
     def past_keep(self) -> torch.Tensor:
@@ -125,34 +94,33 @@ class Decoder:
         self.proposer.learn_text(seq, 1)
 
     def step(self, seq: TokenSequence) -> None:
-        """One forward: propose, verify, append what holds, commit its cache entries."""
-        shape = self.controller.choose()
-        proposer = self.proposer
-        if shape == PLAIN and proposer.budget is not None and self.controller.budget_decides(proposer.rule.ceiling):
-            shape = DRAFT  # the budget decides whether any node pays this step
-        window = proposer.window if shape == FULL else None
-        last, past_len = seq.tokens[-1], len(seq.tokens) - 1
-        step = self._layout(seq, window, past_len, guess=shape != PLAIN)
+        """One forward: plan the guesses, run them, verify, commit what holds, learn."""
+        proposer, past_len = self.proposer, len(seq.tokens) - 1
+        step = self._inputs(seq, past_len)
         if self.static is not None:
-            logits = self._timed(self.static.forward, step.ids, step.positions, step.mask, past_len)
+            logits = timed(self.stats, lambda: self.static.forward(step.ids, step.positions, step.mask, past_len))
         else:
             logits = self.forward(input_ids=step.ids, attention_mask=step.mask, position_ids=step.positions)
         logits = widen(logits)
-        preds, top, scores = fetch(logits, proposer.successors.k if proposer.successors is not None else 0)
+        table = proposer.successors
+        preds, top, scores = fetch(logits, table.k if table is not None else 0)
         if top is not None:
-            proposer.successors.record(step.host_ids, top.numpy(), scores.numpy())
+            table.record(step.host_ids, top.numpy(), scores.numpy())
         path = proposer.accept(seq, step.tree, logits, preds.tolist())
-        accepted = len(path)
-        self._record(shape, step, seq.tokens[-accepted:])
+        proposer.count(step, step.ids.shape[1], seq.tokens[-len(path) :])
+        self._commit(past_len, step, path)
+        proposer.learn(seq, preds, path, step.tree, logits)
+
+    def _commit(self, past_len: int, step: StepInputs, path: list[int]) -> None:
+        """Keep the accepted nodes' cache entries behind the committed ones, drop the rest."""
         if self.static is not None:
             self.static.commit(past_len, path)
         else:
             commit(self.cache, past_len, step.ids.shape[1], path, self._sliding)
-        self._kept += accepted
+        self._kept += len(path)
         if self._kept > self._keep.shape[0]:
             self._grow_keep(2 * self._keep.shape[0])
-        self.position += accepted
-        proposer.learn(seq, preds, window is not None, path, last, step.tree, logits)
+        self.position += len(path)
 
     def _grow_keep(self, size: int) -> None:
         """Grow the flags of which cache entries are real tokens to ``size``, the new ones
@@ -166,29 +134,30 @@ class Decoder:
             self._keep = torch.ones(size, dtype=torch.bool, device=old.device)
         self._keep[: old.shape[0]] = old
 
-    def _layout(self, seq: TokenSequence, window: JacobiWindow | None, past_len: int, guess: bool) -> Layout:
+    def _inputs(self, seq: TokenSequence, past_len: int) -> StepInputs:
         """Input ids ``[1, q]``, positions ``[1, q]``, the guess tree and mask(s) of one step."""
-        tree, tokens, cands, origins = self.proposer.plan(seq, window, guess)
-        if window is None and not tree.size and self._maskless_plain:
+        proposer = self.proposer
+        tree, tokens, cands, origins = proposer.plan(seq)
+        windowed = proposer.windowed
+        if not windowed and not tree.size and self._maskless_plain:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
-            return Layout(ROOT_ONLY, ids, self._root_positions(), None, None, (), False, host)
-        step_mask = self.proposer.step_mask if window is not None else self.proposer.lean_mask
+            return StepInputs(ROOT_ONLY, ids, self._root_positions(), None, None, (), False, host)
         host = np.asarray(tokens, dtype=np.int64)
         if self._host_masks:
             # shaped as the model takes them on the host: numpy's views cost less than torch's
-            offsets, allowed = step_mask.layout(tree)
+            offsets, allowed = proposer.mask.layout(tree)
             mask = np.empty((1, 1, allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
             kernels.additive_mask(self._keep_host[:past_len], allowed, _BLOCKED, mask[0, 0])
             ids, positions, mask = views(host[None], (offsets + self.position)[None], mask)
-            return Layout(tree, ids, positions, mask, cands, origins, window is not None, host)
+            return StepInputs(tree, ids, positions, mask, cands, origins, windowed, host)
         sizes = {
             name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)
             for name, i in self.layer_index.items()
         }
-        ids, *parts = upload(step_mask.device, host, *step_mask.layout(tree))  # one copy
-        offsets, mask = step_mask.build(tree, sizes, self.past_keep[:past_len], parts)
-        return Layout(tree, ids[None], (self.position + offsets)[None], mask, cands, origins, window is not None, host)
+        ids, *parts = upload(proposer.mask.device, host, *proposer.mask.layout(tree))  # one copy
+        offsets, mask = proposer.mask.build(tree, sizes, self.past_keep[:past_len], parts)
+        return StepInputs(tree, ids[None], (self.position + offsets)[None], mask, cands, origins, windowed, host)
 
     def _root_positions(self) -> torch.Tensor:
         """A lone root's position ``[1, 1]``: on the CPU one host buffer that torch views,
@@ -198,13 +167,14 @@ class Decoder:
         self._root_position[0, 0] = self.position
         return self._root_position_ids
 
-    def _record(self, shape: str, step: Layout, appended: list[int]) -> None:
-        """Count the step, credit the source of its accepted guesses, inform the controller
-        (a step that fed its root alone counts as plain; the controller learns what the shape
-        it chose gave, so a draft step whose budget fed nothing teaches it as a draft step)."""
-        fed = step.ids.shape[1]
-        self.proposer.count(shape, step, fed, appended)
-        self.controller.record(shape, len(appended), fed)
+
+def new_proposer(config, rule, stats, pool, costs: CostCurve | None, index, dtype) -> Proposer:
+    """A row's proposer: the classic shape's, or one whose draft budget prices nodes by
+    ``costs`` (proportional when None) plus one row's planning work."""
+    if config.classic:
+        return ClassicProposer(config, rule, stats, pool, None, 0.0, index, dtype)
+    costs = costs if costs is not None else CostCurve.linear()
+    return Proposer(config, rule, stats, pool, costs, costs.seconds_in_units(GUESS_OVERHEAD_S), index, dtype)
 
 
 def host_masks(windows: dict, static: StaticSteps | None, device: torch.device, dtype: torch.dtype) -> bool:
@@ -213,39 +183,6 @@ def host_masks(windows: dict, static: StaticSteps | None, device: torch.device, 
     whole past on a DynamicCache. Elsewhere the mask is built where the model runs."""
     full = list(windows) == [None] and windows[None] is None
     return full and static is None and device.type == "cpu" and dtype == torch.float32
-
-
-class Layout(NamedTuple):
-    """One step's input: ids long ``[1, q]``, positions long ``[1, q]``, the mask(s), the
-    guess tree, the guess rows merged into it and each row's source."""
-
-    tree: GuessTree
-    ids: torch.Tensor
-    positions: torch.Tensor
-    mask: object
-    cands: np.ndarray | None
-    origins: tuple[str, ...]
-    windowed: bool
-    host_ids: np.ndarray | None = None  # ids as int64 [q] on the host (no transfer back needed)
-
-    def source_of(self, held: list[int]) -> str:
-        """The source whose guess matched the most of ``held`` (the guessed tokens the step
-        accepted): ``"window"`` for level 0, else the first row's among the longest."""
-        chain = self.tree.chain if self.windowed else _NO_CHAIN
-        best, best_len = "window", _common(chain, held)
-        for name, row in zip(self.origins, self.cands if self.cands is not None else ()):
-            n = _common(row, held)
-            if n > best_len:
-                best, best_len = name, n
-        return best
-
-
-def _common(row, held: list[int]) -> int:
-    """Length of the common prefix of a guess row and ``held``."""
-    n = 0
-    while n < len(held) and n < len(row) and int(row[n]) == held[n]:
-        n += 1
-    return n
 
 
 def lookahead_decode(
@@ -269,7 +206,7 @@ def lookahead_decode(
 ) -> TokenSequence:
     """Generate after ``input_ids`` (``[1, n]``) until ``stopping_criteria`` says stop.
 
-    ``costs`` prices the step shapes for the adaptive controller (proportional when None);
+    ``costs`` prices the draft budget's nodes (proportional when None);
     ``static`` runs the steps on its ``StaticCache`` (then ``cache`` is ``static.cache``);
     ``index`` is a corpus the copy guess also drafts from.
     """

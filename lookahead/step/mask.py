@@ -1,24 +1,19 @@
 """Positions and the additive 4D attention mask of one step.
 
-The step's input is ``[root | window | draft]``. For W=3 columns and 2 levels (a0..a2,
-b0..b2), with draft nodes x (child of a0) and y (child of x); digits are offsets from the
-root's position, X = may attend (every row also attends the committed cache):
+The step's input is ``[root | draft]`` (the classic shape puts the window's levels between
+them: ``classic.py`` draws its head). Draft nodes x (child of the root), y (child of x) and
+z (child of the root); digits are offsets from the root's position, X = may attend (every row
+also attends the committed cache):
 
-          r a0 a1 a2 b0 b1 b2  x  y
+          r  x  y  z
     r  0  X
-    a0 1  X  X
-    a1 2  X  X  X
-    a2 3  X  X  X  X
-    b0 2  X  X        X
-    b1 3  X  X  X        X
-    b2 4  X  X  X  X        X
-    x  2  X  X                 X
-    y  3  X  X                 X  X
+    x  1  X  X
+    y  2  X  X  X
+    z  1  X        X
 
-Level 0 is a causal chain from the root; a higher level l at column i sees level 0 up to
-column i and the column above it; a draft node sees the root, its chain anchor's prefix and
-its own ancestors. Masks are additive floats (0 = attend, dtype min = blocked), the one form
-that both ``eager`` and ``sdpa`` read correctly.
+A draft node sees the root, its head anchor's prefix and its own ancestors. Masks are
+additive floats (0 = attend, dtype min = blocked), the one form that both ``eager`` and
+``sdpa`` read correctly.
 """
 
 from __future__ import annotations
@@ -26,22 +21,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lookahead.drafts.tree import GuessTree, window_layout
+from lookahead.verify.tree import GuessTree
 
 
 class StepMask:
     """Builds each step's positions and masks for one generation.
 
     Args:
-        levels, width: window shape.
+        head: offsets (int64 ``[h]``) and attention (bool ``[h, h]``) of the step's fixed
+            head, the root first (``verify.tree.root_layout``, or the classic window's).
         groups: attention kinds to build masks for, ``{name: sliding_window or None}``.
             A single entry named ``None`` gives one tensor; named entries give a dict keyed
             by layer type, which hybrid models (full + sliding layers) take.
         dtype, device: of the model's activations.
     """
 
-    def __init__(self, levels: int, width: int, groups: dict, dtype: torch.dtype, device):
-        self.head = window_layout(levels, width)  # on the host: each step's layout is made there
+    def __init__(self, head: tuple[np.ndarray, np.ndarray], groups: dict, dtype: torch.dtype, device):
+        self.head = head  # on the host: each step's layout is made there
         self.groups = groups
         self.dtype = dtype
         self.device = device

@@ -172,7 +172,7 @@ def test_check_finds_and_shrinks_a_planted_bug(tiny_dir, capsys):
 def test_check_report_follows_the_sampled_verdict(kind, status, note):
     """In float32 a sampled mismatch exits by its verdict: a boundary flip is 0 with a note
     (1 with --strict), a bug is 1, and the verdict's reason is the margin line."""
-    from lookahead.verify.race import Verdict
+    from lookahead.checking.verdict import Verdict
 
     judged = Verdict(kind, float("inf"), 1e-4, f"{kind}: the reason", token=3, edge="top-p", edge_gap=5e-5)
     m = check.Mismatch([5, 6], lookahead.LookaheadConfig(), {"do_sample": True}, [3], [4], 0, 3, 4, seed=1)

@@ -11,8 +11,8 @@ from transformers import LogitsProcessorList, StoppingCriteriaList, TemperatureL
 from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
+from lookahead.sampling.rule import Pick, SamplingRule
 from lookahead.step.decode import lookahead_decode
-from lookahead.verify.rules import Pick, SamplingRule
 
 from tiny_models import tiny_model
 

@@ -20,8 +20,8 @@ from test_batch import eos_ending_rows
 
 import lookahead
 from lookahead import testing
-from lookahead.verify.noise import NoiseStream
-from lookahead.verify.race import TIE_GAP, race_verdict, replay_noise
+from lookahead.checking.verdict import TIE_GAP, race_verdict, replay_noise
+from lookahead.sampling.noise import NoiseStream
 
 from strategies import batch_rows, eos_ids, prompts
 from tiny_models import CASES, left_pad, tiny_model, tiny_tokenizer
@@ -366,7 +366,7 @@ def test_a_planted_token_is_a_bug_and_generate_s_own_is_not(dtype):
     """At every position of a seeded sample: ``generate``'s token against itself is a race flip
     of gap 0, and the token the model likes least in its place (outside the top-p nucleus) is
     a bug, in half precision too, where the tolerance is far wider."""
-    from lookahead.verify.race import race_verdict, warpers
+    from lookahead.checking.verdict import race_verdict, warpers
 
     model = tiny_model("llama", "sdpa")
     model = model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)

@@ -155,21 +155,21 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
 
 def test_compiled_buckets_are_timed_once_into_the_curve_that_prices_steps(monkeypatch):
     """Adaptive and compiled, each bucket's compiled forward is timed once per cache; that curve
-    (sizes = the buckets) reaches the controller, and a later call reuses it."""
-    from lookahead.step import controller
+    (sizes = the buckets) reaches the draft budget, and a later call reuses it."""
+    from lookahead.step import decode
 
     model = tiny_model("llama", "sdpa")
     model.__dict__.pop("_lookahead_cache", None)
     compile_config = CompileConfig(backend="eager")
     compile_config._compile_all_devices = True
     priced = []
-    real = controller.ShapeController.__init__
+    real = decode.new_proposer
 
-    def spy(self, costs=None, **kwargs):
+    def spy(config, rule, stats, pool, costs, *args):
         priced.append(costs)
-        real(self, costs, **kwargs)
+        return real(config, rule, stats, pool, costs, *args)
 
-    monkeypatch.setattr(controller.ShapeController, "__init__", spy)
+    monkeypatch.setattr(decode, "new_proposer", spy)
     ids = torch.tensor([[5, 6, 7, 8] * 3])
     config = lookahead.LookaheadConfig(static_buckets=(1, 8, 32))
     kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0, cache_implementation="static")

@@ -4,7 +4,7 @@ the replayed noise and the tolerance the race tests share (tests/unit/test_race*
 import torch
 from transformers import LogitsProcessorList
 
-from lookahead.verify import race
+from lookahead.checking import verdict as race
 
 IDS = torch.tensor([[5, 6, 7]])
 WIN = -30.0  # log q of a token the noise favours: once in the support it wins the race

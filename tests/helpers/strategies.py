@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from lookahead import testing
-from lookahead.drafts.tree import GuessTree
+from lookahead.verify.tree import GuessTree
 
 from tiny_models import VOCAB
 

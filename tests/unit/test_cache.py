@@ -17,9 +17,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from torch.overrides import TorchFunctionMode
 from transformers.cache_utils import DynamicCache
 
-from lookahead.drafts.tree import GuessTree
 from lookahead.step.cache import commit, commit_rows, gather_rows, held_from, prepare_cache, trim_rows
+from lookahead.step.classic import window_layout
 from lookahead.step.mask import StepMask, attention_groups
+from lookahead.verify.tree import GuessTree
 
 from tiny_models import SLIDING, SLIDING_FAMILIES, VOCAB, assert_cache_matches_recompute, fresh_cache, tiny_model
 
@@ -42,7 +43,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache = fresh_cache(self.model, prompt)
         prepare_cache(self.cache)
         windows, self.index = attention_groups(self.model, self.cache)
-        self.mask = StepMask(1, 0, windows, torch.float32, "cpu")
+        self.mask = StepMask(window_layout(1, 0), windows, torch.float32, "cpu")
 
     @rule(root=tokens, cands=st.lists(st.lists(tokens, min_size=3, max_size=3), max_size=4), data=st.data())
     def step(self, root, cands, data):
@@ -161,7 +162,7 @@ class LongStepMachine(RuleBasedStateMachine):
         m = max(len(c) for c in cands)
         cand_arr = np.array([c + [-1] * (m - len(c)) for c in cands], dtype=np.int64)
         tree = GuessTree.build(np.array(chain, dtype=np.int64), base, cand_arr)
-        step_mask = StepMask(levels, width, self.windows, torch.float32, "cpu")
+        step_mask = StepMask(window_layout(levels, width), self.windows, torch.float32, "cpu")
         sizes = {name: (held_from(self.cache.layers[i], past), past) for name, i in self.index.items()}
         offsets, mask = step_mask.build(tree, sizes, torch.ones(past, dtype=torch.bool))
         ids = torch.tensor([[root] + chain + [t for row in upper for t in row] + tree.tokens.tolist()])

@@ -23,8 +23,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 import lookahead
-from lookahead.drafts import kernels
-from lookahead.drafts.proposer import Proposer
+from lookahead.step.classic import ClassicProposer
+from lookahead.verify import kernels
 
 from tiny_models import tiny_model
 
@@ -202,12 +202,12 @@ def test_trie_merge_ignoring_the_parent_misses_the_floor(monkeypatch):
 def test_window_learning_from_shifted_rows_misses_the_floor(monkeypatch):
     """The test of the test: the window's predictions taken one row off; the pool then files
     n-grams of the wrong positions."""
-    advance = Proposer._advance_window
+    advance = ClassicProposer._advance_window
 
     def shifted(self, logits, accepted, root):
         return advance(self, torch.roll(logits, shifts=1, dims=0), accepted, root)
 
-    monkeypatch.setattr(Proposer, "_advance_window", shifted)
+    monkeypatch.setattr(ClassicProposer, "_advance_window", shifted)
     assert compression("window") < MARGIN * MEASURED["window"]
 
 

@@ -22,13 +22,13 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 
 import lookahead
 from lookahead.drafts import kernels
-from lookahead.drafts.proposer import Proposer, _commonest, _stack_rows
-from lookahead.drafts.tree import GuessTree
+from lookahead.sampling.rule import Pick
 from lookahead.stats import LookaheadStats
+from lookahead.step.classic import ClassicProposer, _stack
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.decode import Layout, _common
+from lookahead.step.inputs import StepInputs, _common
 from lookahead.step.sequence import TokenSequence
-from lookahead.verify.rules import Pick
+from lookahead.verify.tree import GuessTree
 
 from tiny_models import CONFIGS, VOCAB, tiny_model, two_requests
 
@@ -114,7 +114,7 @@ def test_ignore_stops_goes_on_past_eos_and_length():
     assert seq.ids.tolist() == [[5, 6, 7, 7, 3, 4, 7, 8]]
 
 
-def layout(chain, rows, origins, windowed=True) -> Layout:
+def layout(chain, rows, origins, windowed=True) -> StepInputs:
     chain = np.asarray(chain, dtype=np.int64)
     cands = None
     if rows:  # rows padded with -1, as the decoder stacks them
@@ -122,7 +122,7 @@ def layout(chain, rows, origins, windowed=True) -> Layout:
         for i, row in enumerate(rows):
             cands[i, : len(row)] = row
     tree = GuessTree.build(chain, 1 + len(chain), cands)
-    return Layout(tree, None, None, None, cands, tuple(origins), windowed)
+    return StepInputs(tree, None, None, None, cands, tuple(origins), windowed)
 
 
 @pytest.mark.parametrize(
@@ -329,40 +329,12 @@ def test_copy_guess_feeds_what_pays(per_token):
             assert set(steps) == {1}
 
 
-@pytest.mark.parametrize("two", [0.9, 1.1])
-def test_a_step_without_guesses_feeds_a_filler_where_two_tokens_cost_less(two):
-    """On random text a copy-only decoder often finds no guess. Where the curve prices two
-    tokens below one (a one-query attention kernel slower than a two-query one), such a step
-    feeds the text's commonest token after the root instead of the root alone; where two cost
-    more, it stays plain. Greedy's tokens both ways."""
-    model = fresh_model("llama")
-    ids = RANDOM[:, 3:]
-    kwargs = dict(max_new_tokens=32, eos_token_id=None, pad_token_id=0)
-    expected = model.generate(ids, do_sample=False, **kwargs)
-    fed = []
-    model.register_forward_pre_hook(lambda module, args, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True)
-    config = lookahead.LookaheadConfig(window=0, guesses=0, successors=0, copy_length=8)
-    stats = LookaheadStats()
-    kwargs.update(lookahead_config=config, lookahead_costs=CostCurve((1, 2, 4), (1.0, two, two + 0.2)))
-    assert lookahead.generate(model, ids, lookahead_stats=stats, **kwargs).tolist() == expected.tolist()
-    steps = fed[1:]  # after the prefill
-    if two < 1:
-        assert min(steps) == 2 and stats.plain_steps == 0 and steps.count(2) > 5
-    else:
-        assert steps.count(1) > 5 and stats.plain_steps == steps.count(1)
-
-
-def test_commonest_token_is_the_first_of_a_tie():
-    assert _commonest(np.array([4, 9, 9, 4, 2])).tolist() == [[4]]
-    assert _commonest(np.array([7])).tolist() == [[7]]
-
-
 def test_stack_rows_pads_shorter_rows_with_minus_one():
     copy, pool, successors = np.array([[4, 5, 6, 7, 8]]), np.array([[9, 3], [2, 2]]), np.array([[6, 6, 6]])
-    assert _stack_rows([]) is None
-    one = _stack_rows([pool])
+    assert _stack([]) is None
+    one = _stack([pool])
     assert one.dtype == np.int64 and one.tolist() == pool.tolist()
-    rows = _stack_rows([copy, pool, successors])
+    rows = _stack([copy, pool, successors])
     assert rows.dtype == np.int64
     assert rows.tolist() == [[4, 5, 6, 7, 8], [9, 3, -1, -1, -1], [2, 2, -1, -1, -1], [6, 6, 6, -1, -1]]
 
@@ -372,14 +344,14 @@ def test_each_guess_row_has_its_source(monkeypatch):
     the pool's rows, then the successors'."""
     model = tiny_model("llama", "sdpa")
     plans = []
-    plan = Proposer.plan
+    plan = ClassicProposer.plan
 
     def spy(self, *args, **kwargs):
         out = plan(self, *args, **kwargs)
         plans.append(out[2:])
         return out
 
-    monkeypatch.setattr(Proposer, "plan", spy)
+    monkeypatch.setattr(ClassicProposer, "plan", spy)
     config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, successors=2, adaptive=False)
     lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
     order = {"copy": 0, "pool": 1, "successors": 2}
@@ -423,13 +395,13 @@ def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
     the token before column 0 (two-token pool keys), the root being what the step fed first."""
     model = tiny_model("phi", "sdpa")
     roots, fed = [], []
-    advance = Proposer._advance_window
+    advance = ClassicProposer._advance_window
 
     def spy(self, logits, accepted, root):
         roots.append(root)
         return advance(self, logits, accepted, root)
 
-    monkeypatch.setattr(Proposer, "_advance_window", spy)
+    monkeypatch.setattr(ClassicProposer, "_advance_window", spy)
     handle = model.register_forward_pre_hook(
         lambda module, args, kwargs: fed.append(int(kwargs["input_ids"][0, 0])), with_kwargs=True
     )
@@ -549,7 +521,7 @@ def test_count_credits_the_guess_that_held_longest():
     source whose guess matched the most of ``held`` (the whole of it, not its start)."""
     stats = lookahead.LookaheadStats()
     step = layout([10, 11, 12], [[10, 11, 13, 14]], ["pool"])
-    Proposer.count(SimpleNamespace(stats=stats), "full", step, 8, [10, 11, 13, 14, 30])
+    ClassicProposer.count(SimpleNamespace(stats=stats, windowed=True), step, 8, [10, 11, 13, 14, 30])
     assert stats.source_tokens == {"pool": 4}
     assert (stats.steps, stats.guess_tokens, stats.accepted) == (1, 7, [0, 0, 0, 0, 0, 1])
 

@@ -5,9 +5,9 @@ import numpy as np
 import torch
 
 from lookahead.drafts.jacobi import children, deepest_branch, free_iterations
-from lookahead.drafts.tree import GuessTree
-from lookahead.verify.noise import NoiseStream
-from lookahead.verify.rules import SamplingRule
+from lookahead.sampling.noise import NoiseStream
+from lookahead.sampling.rule import SamplingRule
+from lookahead.verify.tree import GuessTree
 
 
 def _tree():
@@ -100,12 +100,12 @@ def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
     keyed by the root alone (its chances are not the text's context pairs'), and the output
     stays greedy's."""
     import lookahead
-    from lookahead.drafts import proposer
+    from lookahead.drafts import jacobi
 
     from tiny_models import tiny_model
 
     grams, filed = [], []
-    real = proposer.free_iterations
+    real = jacobi.free_iterations
 
     def spy(tree, node, picks, depth, rank=None, most=1):
         guesses = real(tree, node, picks, depth, rank, most)
@@ -118,7 +118,7 @@ def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
             filed.extend((row, before) for row in np.asarray(ngrams).tolist())
             super().insert(ngrams, before)
 
-    monkeypatch.setattr(proposer, "free_iterations", spy)
+    monkeypatch.setattr(jacobi, "free_iterations", spy)
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 3])
     kwargs = dict(max_new_tokens=32, eos_token_id=None, pad_token_id=0)

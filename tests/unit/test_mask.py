@@ -18,9 +18,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.drafts.tree import GuessTree
 from lookahead.step import kernels
+from lookahead.step.classic import window_layout
 from lookahead.step.mask import StepMask, batch_masks, stack_steps
+from lookahead.verify.tree import GuessTree
 
 from mask_reference import reference_mask
 from strategies import mask_cases
@@ -32,7 +33,7 @@ tokens = st.integers(3, VOCAB - 1)
 @given(mask_cases())
 def test_step_mask_equals_the_reference(case):
     levels, width, tree, window, past_len, kv_offset, past_keep = case
-    step = StepMask(levels, width, {None: window}, torch.float32, "cpu")
+    step = StepMask(window_layout(levels, width), {None: window}, torch.float32, "cpu")
     offsets, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
     expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
     assert mask.shape == (1, 1, *expected.shape) and mask.dtype == torch.float32
@@ -48,7 +49,7 @@ def test_the_host_made_mask_equals_the_step_mask(case):
     layout ``StepMask.layout`` gives) is ``StepMask.build``'s, value for value, where every
     layer attends the whole past (the only case the decoder makes it on the host)."""
     levels, width, tree, _, past_len, _, past_keep = case
-    step = StepMask(levels, width, {None: None}, torch.float32, "cpu")
+    step = StepMask(window_layout(levels, width), {None: None}, torch.float32, "cpu")
     offsets, expected = step.build(tree, {None: (0, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
     host_offsets, allowed = step.layout(tree)
     mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
@@ -63,7 +64,7 @@ def test_hybrid_models_get_one_mask_per_layer_type(case, window):
     mask, over the cache stretch their layers still hold."""
     levels, width, tree, _, past_len, kv_offset, past_keep = case
     groups = {"full_attention": None, "sliding_attention": window}
-    step = StepMask(levels, width, groups, torch.float32, "cpu")
+    step = StepMask(window_layout(levels, width), groups, torch.float32, "cpu")
     sizes = {"full_attention": (0, past_len), "sliding_attention": (kv_offset, past_len)}
     _, masks = step.build(tree, sizes, torch.tensor(past_keep, dtype=torch.bool))
     assert set(masks) == set(groups)
@@ -76,7 +77,7 @@ def test_hybrid_models_get_one_mask_per_layer_type(case, window):
 def test_step_mask_in_the_model_dtype(case):
     """A bf16 model gets a bf16 mask whose blocked entries are bf16's most negative value."""
     levels, width, tree, window, past_len, kv_offset, past_keep = case
-    step = StepMask(levels, width, {None: window}, torch.bfloat16, "cpu")
+    step = StepMask(window_layout(levels, width), {None: window}, torch.bfloat16, "cpu")
     _, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
     expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
     assert mask.dtype == torch.bfloat16
@@ -89,7 +90,7 @@ def test_step_mask_lives_on_the_model_device():
     device, which any tensor left on the CPU would clash with)."""
     tree = GuessTree.build(np.array([4, 5], dtype=np.int64), 1 + 2 * 2, np.array([[4, 6, 7], [8, -1, -1]]))
     groups = {"full_attention": None, "sliding_attention": 3}
-    step = StepMask(2, 2, groups, torch.float16, "meta")
+    step = StepMask(window_layout(2, 2), groups, torch.float16, "meta")
     sizes = {"full_attention": (0, 6), "sliding_attention": (4, 6)}
     offsets, masks = step.build(tree, sizes, torch.ones(6, dtype=torch.bool, device="meta"))
     q = 1 + 2 * 2 + tree.size
@@ -104,7 +105,7 @@ def test_a_path_as_long_as_the_window_drops_the_root():
     root is exactly ``SLIDING`` positions back, outside the window; one level up it is inside."""
     chain = np.zeros(0, dtype=np.int64)
     tree = GuessTree.build(chain, 1, np.arange(3, 3 + SLIDING, dtype=np.int64)[None])
-    step = StepMask(0, 0, {None: SLIDING}, torch.float32, "cpu")
+    step = StepMask(window_layout(0, 0), {None: SLIDING}, torch.float32, "cpu")
     _, mask = step.build(tree, {None: (0, 0)}, torch.zeros(0, dtype=torch.bool))
     sees_root = (mask[0, 0, :, 0] == 0).tolist()
     assert sees_root == [True] * SLIDING + [False]
@@ -140,7 +141,7 @@ def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
     cache without them; holes, padding and other rows' filler tokens are never seen."""
     rows, past_keep, past_pos = case
     groups = {"full_attention": None, "sliding_attention": window} if hybrid else {None: window}
-    steps = [StepMask(levels, width, groups, dtype, "cpu") for levels, width, _, _ in rows]
+    steps = [StepMask(window_layout(levels, width), groups, dtype, "cpu") for levels, width, _, _ in rows]
     offsets = [step.offsets(tree) for step, (_, _, tree, _) in zip(steps, rows)]
     allowed = [step.allowed(tree) for step, (_, _, tree, _) in zip(steps, rows)]
     width = max(o.shape[0] for o in offsets)

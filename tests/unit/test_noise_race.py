@@ -1,4 +1,4 @@
-"""The guesses' noise race (``drafts.noise_race``): it picks the token the exact race
+"""The guesses' noise race (``sampling.guess``): it picks the token the exact race
 (``generate``'s processors over the whole vocabulary, then ``argmax(softmax / q)``) picks,
 the tokens past each row's top scores included."""
 
@@ -15,9 +15,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from lookahead.drafts.noise_race import NoiseRace
-from lookahead.drafts.race_kernels import TOP, row_lse
-from lookahead.verify.rules import SamplingRule
+from lookahead.sampling.guess import NoiseRace
+from lookahead.sampling.guess_kernels import TOP, row_lse
+from lookahead.sampling.rule import SamplingRule
 
 
 @st.composite

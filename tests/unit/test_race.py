@@ -25,7 +25,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from lookahead.verify import boundary, race
+from lookahead.checking import boundary
+from lookahead.checking import verdict as race
 
 # -- top-k: token 3 sits ``gap`` below the k-th largest of the others (2.0), k = 3
 

@@ -17,7 +17,7 @@ import torch
 from race_cases import EDGE, IDS, INSIDE, OUTSIDE, WIN, judge, noise, tol
 from transformers import EpsilonLogitsWarper, EtaLogitsWarper, TopKLogitsWarper, TypicalLogitsWarper
 
-from lookahead.verify import boundary
+from lookahead.checking import boundary
 
 # -- epsilon: token 3 has p_3, with eight tokens below it (mass that lowers p_3 too, which a top
 # set's worst case would leave where it is); epsilon is set so that letting it in takes exactly

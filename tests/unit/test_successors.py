@@ -101,33 +101,6 @@ def test_raced_rows_follow_the_known_noise(feeds, root, k, length, m, temperatur
     assert table.guesses(root, noise, temperature).tolist() == rows
 
 
-@given(
-    feeds=st.lists(st.tuples(st.lists(small, min_size=1, max_size=6), st.integers(0, 1000)), max_size=8),
-    root=small,
-    k=st.integers(1, 4),
-    m=st.integers(0, 2),
-    temperature=st.floats(0.3, 2.0),
-    seed=st.integers(0, 1000),
-)
-def test_the_margin_is_the_first_pick_s_lead_over_the_root_s_next_best(feeds, root, k, m, temperature, seed):
-    """``margin``: the best score among the root's stored successors less the second best
-    (``logit / T``, less ``log q`` of the first token's noise where there is a row of it):
-    inf with one successor, -1 with none."""
-    table = SuccessorTable(8, k, 3)
-    latest = _fill(table, feeds)
-    noise = torch.empty(m, 8).exponential_(generator=torch.Generator().manual_seed(seed)).numpy()
-    if root not in latest:
-        assert table.margin(root, noise, temperature) == -1.0
-        return
-    ids, values = latest[root]
-    scores = sorted(
-        (float(np.float32(v)) / temperature - (float(np.log(noise[0, t])) if m else 0.0) for t, v in zip(ids, values)),
-        reverse=True,
-    )
-    expected = scores[0] - scores[1] if len(scores) > 1 else np.inf
-    assert table.margin(root, noise, temperature) == pytest.approx(expected, rel=1e-5, abs=1e-5)
-
-
 @given(seed=st.integers(0, 2**16), temperature=st.floats(0.3, 2.0))
 def test_a_whole_distribution_s_race_is_the_seeded_sample(seed, temperature):
     """Where the table keeps every token (k = V), the first guess after the root is what
@@ -162,24 +135,3 @@ def test_successors_alone_compress_a_repeating_text():
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert stats.tokens_per_forward > 1.5
-
-
-@pytest.mark.parametrize("gap,bin_", [(0.5, 0), (1.5, 1), (3.0, 2), (6.0, 3)])
-def test_the_first_row_learns_in_the_bin_of_its_margin(gap, bin_):
-    """The budget gets the first row under the ``SUCCESSOR_MARGINS`` bin of its first token's
-    margin (the other first-row bins empty), and the other rows after them."""
-    from lookahead.drafts.proposer import SUCCESSOR_MARGINS, Proposer
-    from lookahead.stats import LookaheadStats
-    from lookahead.step.costmodel import CostCurve
-    from lookahead.verify.rules import GreedyRule
-
-    config = lookahead.LookaheadConfig(successors=2)
-    proposer = Proposer(config, GreedyRule(None, keep_rows=False), LookaheadStats(), costs=CostCurve.linear(0.1))
-    proposer.successors = SuccessorTable(8, 2, 2)
-    logits = torch.full((1, 8), -10.0)
-    logits[0, 4], logits[0, 6] = gap, 0.0
-    proposer.successors.update(torch.tensor([3]), logits)
-    parts = proposer._successor_parts(3)
-    assert [name for name, _ in parts] == ["successors"] * (len(SUCCESSOR_MARGINS) + 2)
-    assert [rows.tolist() for _, rows in parts[:-1]] == [[[4, -1]] if b == bin_ else [] for b in range(len(parts) - 1)]
-    assert parts[-1][1].tolist() == [[6, -1]]

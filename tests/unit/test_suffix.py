@@ -177,7 +177,7 @@ def test_the_best_scope_wins():
     the tree names the match it grew from (``1 2 3``, three tokens)."""
     history = SuffixIndex.from_texts([np.array([1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=np.int64)])
     drafter = CopyDrafter(CAP, 16, 0.1, history=lambda: (history,))
-    rows = drafter.propose(np.array([9, 9, 1, 2, 3], dtype=np.int64))
+    rows = drafter.rows(np.array([9, 9, 1, 2, 3], dtype=np.int64))
     assert drafter.scope == "history" and rows[0].tolist()[:6] == [4, 5, 6, 7, 8, 9]
     assert drafter.tree(np.array([9, 9, 1, 2, 3], dtype=np.int64))[3] == 3
     assert drafter.tree(np.array([7, 7, 7], dtype=np.int64))[3] == 2  # the text's own: 7 7 then 7

@@ -14,9 +14,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.drafts import kernels
-from lookahead.drafts.tree import GuessTree
-from lookahead.verify.rules import Pick, walk
+from lookahead.sampling.rule import Pick
+from lookahead.verify import kernels
+from lookahead.verify.rules import walk
+from lookahead.verify.tree import GuessTree
 
 # A small alphabet makes shared prefixes (and shared tokens under different parents) common.
 small = st.integers(0, 3)

@@ -24,7 +24,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from lookahead.verify.rules import GreedyRule, Pick, SamplingRule
+from lookahead.sampling.rule import Pick, SamplingRule
+from lookahead.verify.rules import GreedyRule
 
 PROBS = torch.tensor([0.05, 0.6, 0.1, 0.25])
 # the rule reads row ``NODE`` of the step's logits; the rows around it are different laws

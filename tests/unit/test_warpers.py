@@ -18,8 +18,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from lookahead.verify.sort_kernels import cut_values, sort_rows
-from lookahead.verify.warpers import SMALL, chain, top_k_top_p, top_p
+from lookahead.sampling.sort_kernels import cut_values, sort_rows
+from lookahead.sampling.warpers import SMALL, chain, top_k_top_p, top_p
 
 IDS = torch.zeros(1, 3, dtype=torch.long)
 

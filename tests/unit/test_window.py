@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lookahead
-from lookahead.drafts.proposer import Proposer
 from lookahead.drafts.window import JacobiWindow
+from lookahead.step.classic import ClassicProposer
 
 from tiny_models import tiny_model
 
@@ -180,12 +180,12 @@ def test_window_learning_from_shifted_rows_misses_the_floor(monkeypatch):
     """The test of the test: feed the window the logits one row off (each prediction then
     lands one position away from the guess it refines, and the pool files n-grams that do
     not occur) and the floor is missed."""
-    advance = Proposer._advance_window
+    advance = ClassicProposer._advance_window
 
     def shifted(self, logits, accepted, root):
         return advance(self, torch.roll(logits, shifts=1, dims=0), accepted, root)
 
-    monkeypatch.setattr(Proposer, "_advance_window", shifted)
+    monkeypatch.setattr(ClassicProposer, "_advance_window", shifted)
     assert window_only_compression() < FLOOR
 
 

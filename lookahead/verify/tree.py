@@ -6,26 +6,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lookahead.drafts import kernels
+from lookahead.verify import kernels
 
 _NO_CANDS = np.zeros((0, 1), dtype=np.int64)
 
 
-def window_layout(levels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets from the root (int64 ``[n]``) and attention (bool ``[n, n]``) of the step's
-    head, root + window (``n = 1 + levels * width``; drawn in ``lookahead.step.mask``)."""
-    n = 1 + levels * width
-    offsets = np.zeros(n, dtype=np.int64)
-    allowed = np.zeros((n, n), dtype=np.bool_)
-    allowed[:, 0] = True
-    for level in range(levels):
-        for col in range(width):
-            row = 1 + level * width + col
-            offsets[row] = 1 + col + level
-            allowed[row, 1 : 2 + col] = True
-            for above in range(1, level + 1):
-                allowed[row, 1 + above * width + col] = True
-    return offsets, allowed
+def root_layout() -> tuple[np.ndarray, np.ndarray]:
+    """Offsets from the root (int64 ``[1]``) and attention (bool ``[1, 1]``) of a step's head
+    that is the root alone (the classic shape's head adds the window: ``step/classic.py``)."""
+    return np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=np.bool_)
 
 
 @dataclass
@@ -60,7 +49,8 @@ class GuessTree:
 
     def layout(self, head: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``) of the step
-        ``[head | draft]``, ``head`` being :func:`window_layout`'s (see ``lookahead.step.mask``)."""
+        ``[head | draft]``, ``head`` the layout of the root and what precedes the draft
+        (:func:`root_layout`; see ``lookahead.step.mask``)."""
         return kernels.step_layout(head[0], head[1], self.depths, self.anchors, self.attend)
 
     @property

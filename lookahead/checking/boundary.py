@@ -12,10 +12,10 @@ is wrong.
 ``crossing`` measures that rounding: the smallest shift ``d`` of every score (each by at most
 ``d``, in the direction that helps) under which transformers' own warpers put the token on
 the other side. It is reported as ``2 d``, a gap in nats like the race gap of two tokens
-(``lookahead.verify.race``): for top-k it is the token's logit gap to the k-th largest, for
+(``lookahead.checking.verdict``): for top-k it is the token's logit gap to the k-th largest, for
 min-p ``log(min_p * p_top / p_token)``, for top-p about ``log((1 - top_p) / mass at or below
 the token)``, for epsilon ``logit(epsilon) - logit(p_token)``, ties with the tokens around it
-taken into account; ``lookahead.verify.shifts`` says which shifts are tried for each warper,
+taken into account; ``lookahead.checking.shifts`` says which shifts are tried for each warper,
 and where (eta's entropy term, typical-p) the figure is the smallest they find rather than a
 proven minimum. ``measure`` gives the compared figures as the warper computes them, for the report.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lookahead.verify.shifts import TOP_SETS, distinct, plan_for
+from lookahead.checking.shifts import TOP_SETS, distinct, plan_for
 
 NAMES = {
     "TopKLogitsWarper": "top-k",

@@ -1,4 +1,4 @@
-"""The guesses' noise race as one numba kernel over host rows (see ``drafts.noise_race``)."""
+"""The guesses' noise race as one numba kernel over host rows (see ``sampling.guess``)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from lookahead.verify.sort_kernels import cut_values, sort_rows
+from lookahead.sampling.sort_kernels import cut_values, sort_rows
 
 SMALL = 1024  # the largest top-k handled here (past it the sort of the row costs little more)
 
@@ -94,7 +94,7 @@ class _TopP:
 def top_p(scores: torch.Tensor, top_p: float, min_tokens_to_keep: int, filter_value: float) -> torch.Tensor | None:
     """``TopPLogitsWarper(top_p, filter_value, min_tokens_to_keep)`` on float32 CPU rows
     ``[n, V]``, its softmax and cumsum run over the rows' values sorted by
-    :func:`~lookahead.verify.sort_kernels.sort_rows` instead of ``torch.sort``; None where
+    :func:`~lookahead.sampling.sort_kernels.sort_rows` instead of ``torch.sort``; None where
     this cannot promise the warper's bits: a row with a NaN, an infinite maximum (its
     softmax is NaN, and the cumsum no longer counts a prefix), or a boundary that splits a tie.
 

@@ -1,6 +1,6 @@
 """Where a seeded sample differs from ``model.generate``'s: a rounding flip, or a bug.
 
-Under one seed, lookahead's sampled tokens are ``generate``'s (``lookahead.verify.noise``), except
+Under one seed, lookahead's sampled tokens are ``generate``'s (``lookahead.sampling.noise``), except
 where rounding of a many-token forward moves a token across a near-tie: at the first differing
 token, ``generate`` and lookahead both ran the race ``log p(x) - log q_x`` with the same ``q``
 (block t of the seeded stream) over their own support (what top-k, top-p, min-p, typical-p,
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lookahead.verify import boundary
+from lookahead.checking import boundary
 
 # fp32 logits of a many-token forward differ from a one-token forward's by ~1e-6 (REFERENCE.md);
 # a race gap under 1e-4 (nats) is within that rounding, as the greedy benchmarks' logit ties are

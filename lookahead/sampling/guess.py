@@ -21,7 +21,7 @@ re-stated over that slice::
 Where the support reaches past the slice (no top-k, or one above ``TOP``), a token past it
 wins only with noise small enough to beat the slice's best, so one pass over the noise row
 finds the few that may, and each is checked against the filters
-(``race_kernels._tail_winner``): the pick is the exact race's winner up to float rounding.
+(``guess_kernels._tail_winner``): the pick is the exact race's winner up to float rounding.
 That matters: at T=1 with no top-k a quarter of the embedded model's samples lie past its
 64 likeliest tokens. Other processors (a repetition penalty, a bias, a custom one) are not
 re-stated: :meth:`NoiseRace.of` gives None and the rule races the exact scores
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lookahead.drafts import race_kernels
-from lookahead.verify.warpers import temperature
+from lookahead.sampling import guess_kernels
+from lookahead.sampling.warpers import temperature
 
 _ORDER = ("TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper")
 _NO_NOISE = np.zeros((0, 1), dtype=np.float32)
@@ -80,7 +80,7 @@ class NoiseRace:
         else:  # numpy has no bfloat16; float32 holds every half value exactly
             values, rows = logits[nodes].detach().float().cpu().numpy(), np.arange(len(nodes), dtype=np.int64)
         out = np.empty(len(nodes), dtype=np.int64)
-        race_kernels.race_top(
+        guess_kernels.race_top(
             values,
             rows,
             _NO_NOISE if noise is None else noise.numpy(),
