@@ -11,15 +11,16 @@ TOP = 64  # tokens per row the race runs over
 @njit(cache=True, inline="always")
 def _top(row, vals, idx):
     """Fill ``vals`` / ``idx`` (``[TOP]``) with the row's highest values and their ids, highest
-    first; returns how many (``min(TOP, V)``)."""
+    first and, among equal values, the later id first: the order ``generate``'s top-p cuts in
+    (it sorts ascending, stably, and drops from the front); returns how many (``min(TOP, V)``)."""
     filled = 0
     size = vals.shape[0]
     for j in range(row.shape[0]):
         v = row[j]
-        if filled == size and not v > vals[size - 1]:
+        if filled == size and v < vals[size - 1]:
             continue
         p = filled if filled < size else size - 1
-        while p > 0 and vals[p - 1] < v:
+        while p > 0 and vals[p - 1] <= v:
             if p < size:
                 vals[p], idx[p] = vals[p - 1], idx[p - 1]
             p -= 1
@@ -76,8 +77,8 @@ def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_m
     for i in range(nodes.shape[0]):
         row = values[nodes[i]]
         n = _top(row, vals, idx)
-        for j in range(n):
-            alive[j] = top_k <= 0 or j < top_k
+        for j in range(n):  # top-k keeps every token tied with its k-th (``scores < kth`` go)
+            alive[j] = top_k <= 0 or j < top_k or (top_k <= n and vals[j] >= vals[top_k - 1])
         tail = n < row.shape[0] and (top_k <= 0 or top_k > n)  # tokens past the slice still in
         norm = 0.0
         if top_p < 1.0:
@@ -104,7 +105,7 @@ def race_top(values, nodes, noise, inv_temp, top_k, top_p, keep_p, min_p, keep_m
                 ratio = np.exp((vals[j] - vals[0]) * inv_temp)
                 if i < noise.shape[0]:
                     ratio /= noise[i, idx[j]]
-                if ratio > best_ratio:
+                if ratio > best_ratio or (ratio == best_ratio and idx[j] < best):  # argmax: the first id of a tie
                     best, best_ratio = idx[j], ratio
         if tail and i < noise.shape[0] and best_ratio > 0.0:
             filters = (top_k, top_p, keep_p, min_p, keep_min_p, norm)
@@ -149,14 +150,15 @@ def _kept(row, j, top, inv_temp, filters):
     where a top-p follows a top-k wider than the slice: a guess needs no more)."""
     top_k, top_p, keep_p, min_p, keep_min_p, norm = filters
     v = row[j]
-    rank, mass = 0, 0.0
+    rank, above, mass = 0, 0, 0.0  # tokens higher; and those before j in top-p's order (ties: later ids)
     for m in range(row.shape[0]):
-        if row[m] > v:
-            rank += 1
+        if row[m] > v or (row[m] == v and m > j):
+            above += 1
+            rank += row[m] > v
             if top_p < 1.0:
                 mass += np.exp(row[m] * inv_temp - norm)
     if top_k > 0 and rank >= top_k:
         return False
-    if top_p < 1.0 and not (mass < top_p or rank < keep_p):
+    if top_p < 1.0 and not (mass < top_p or above < keep_p):
         return False
     return min_p <= 0.0 or np.exp((v - top) * inv_temp) >= min_p or rank < keep_min_p
