@@ -6,7 +6,7 @@ forward per step, in milliseconds and against plain greedy's one-token forward i
 dtype (every method on the same sdpa kernels, cuDNN's attention off unless ``--cudnn-attention``),
 alternated ``--rounds`` times; then profiles one decode per dtype with
 ``torch.profiler`` and prints its heaviest operators by device time and by host time. Written
-for a lent GPU (benchmarks/gpu_check.sh runs it as the ``profile`` part); it runs on the CPU too.
+for a lent GPU (tools/gpu_check.sh runs it as the ``profile`` part); it runs on the CPU too.
 
     python benchmarks/step_profile.py --device cuda --limit 4
 """

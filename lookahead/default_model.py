@@ -2,7 +2,7 @@
 
 ``load_default_model()`` loads it from package data with local files only: no hub lookup,
 no network access, no ``trust_remote_code``, safetensors weights only. The model is a
-standard ``LlamaForCausalLM`` trained from scratch by ``benchmarks/train_default_model.py``
+standard ``LlamaForCausalLM`` trained from scratch by ``training/train_default_model.py``
 (see ``docs/default_model.md`` and the model card next to the weights).
 """
 
@@ -39,8 +39,7 @@ def load_default_model(dtype=None, device="cpu"):
     path = default_model_path()
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise FileNotFoundError(
-            f"the default model is missing from {path}; reinstall the package or rerun "
-            "benchmarks/train_default_model.py"
+            f"the default model is missing from {path}; reinstall the package or rerun training/train_default_model.py"
         )
     if dtype is None:
         dtype = torch.float32

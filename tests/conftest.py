@@ -14,7 +14,7 @@ Profiles (see docs/testing.md):
 
       HYPOTHESIS_PROFILE=thorough python -m pytest -q
 
-(``mutation``: the ``ci`` examples without shrinking, for benchmarks/mutation.sh.)
+(``mutation``: the ``ci`` examples without shrinking, for tools/mutation.sh.)
 
 ``HYPOTHESIS_PROFILE`` always wins over the ``CI`` default. Every profile sets
 ``deadline=None``: first calls JIT-compile numba kernels and build models.
@@ -40,7 +40,7 @@ _COMMON = dict(
 settings.register_profile("dev", max_examples=10, derandomize=False, **_COMMON)
 settings.register_profile("ci", max_examples=20, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("thorough", max_examples=200, derandomize=False, print_blob=True, **_COMMON)
-# benchmarks/mutation.sh: the ci examples without shrinking (a failure is all a mutant needs)
+# tools/mutation.sh: the ci examples without shrinking (a failure is all a mutant needs)
 settings.register_profile(
     "mutation", max_examples=20, derandomize=True, phases=[Phase.explicit, Phase.reuse, Phase.generate], **_COMMON
 )

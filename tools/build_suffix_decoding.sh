@@ -9,7 +9,7 @@
 # into a folder of its own, added to sys.path by a .pth file in site-packages. A real
 # arctic-inference installed in site-packages comes first on sys.path and wins.
 #
-# Usage: benchmarks/build_suffix_decoding.sh [--force | --uninstall]
+# Usage: tools/build_suffix_decoding.sh [--force | --uninstall]
 # Environment: PYTHON (default python), ARCTIC_VERSION (default 0.3.0),
 #              WORK_DIR (default ${XDG_CACHE_HOME:-~/.cache}/lookahead/suffix-decoding), CXX (default g++).
 # Idempotent: a second run finds the installed extension and does nothing (--force rebuilds).

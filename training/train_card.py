@@ -85,7 +85,7 @@ def validation_text(info: dict) -> str:
         f"\n**Validation prompts** (choose the checkpoint; HumanEval only reports): "
         f"{sum(s['prompts'] for s in src)} signatures with their docstrings, top-level public "
         f"functions with 1-25 body lines, from {parts}: packages in no training split of any "
-        "model here (`benchmarks/train_validation.py`). Scored like HumanEval below.\n"
+        "model here (`training/train_validation.py`). Scored like HumanEval below.\n"
     )
 
 
@@ -96,7 +96,7 @@ def ul_text(info: dict) -> str:
         f"\nNext to the next-token loss, every step adds {info['ul_weight']} x a sequence-level unlikelihood "
         f"loss (Welleck et al. 2019): {info['ul_prompts']} request prompts of the training split (signature and "
         f"docstring) are continued greedily for {info['ul_len']} tokens, and every token that completes a "
-        "4-gram the continuation already held gets `-log(1 - p)` (`benchmarks/train_unlikelihood.py`). "
+        "4-gram the continuation already held gets `-log(1 - p)` (`training/train_unlikelihood.py`). "
         "Tokens/s counts the window tokens only.\n"
     )
 
@@ -146,7 +146,7 @@ pipeline_tag: text-generation
 # pycoder-tiny
 
 A small Python code model (`LlamaForCausalLM`, {info["params"] / 1e6:.1f}M parameters, tied
-embeddings) trained from scratch on CPU by `benchmarks/train_default_model.py` in the
+embeddings) trained from scratch on CPU by `training/train_default_model.py` in the
 `lookahead-decoding` repository. It ships inside the package so that benchmarks of lookahead
 decoding can run offline with a real, trained model. It is a *tiny* model: it writes
 Python-looking code, not correct solutions.
@@ -260,7 +260,7 @@ def run_info(args, n_params, tokenizer, stats, val_data, losses, train_seconds, 
         "baseline_step": baseline_step,
         "train_tokens_per_s": args.steps * args.batch * args.seq_len / train_seconds,
         "loss_curve": losses[::10],
-        "command": "python benchmarks/train_default_model.py " + " ".join(sys.argv[1:]),
+        "command": "python training/train_default_model.py " + " ".join(sys.argv[1:]),
         "init_from": args.init_from,
         "init_steps": args.init_steps,
         "sources": [

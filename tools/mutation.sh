@@ -2,9 +2,9 @@
 # Mutation testing of the correctness-critical modules with mutmut 3 (not part of CI).
 #
 #   pip install mutmut                       # a tool, not a test dependency
-#   benchmarks/mutation.sh                   # verify mask cache tree kernels decode api batch
-#   benchmarks/mutation.sh verify mask       # some of them
-#   MUTATION_TIMEOUT=420 benchmarks/mutation.sh decode   # stop after 7 minutes; rerun to go on
+#   tools/mutation.sh                        # verify mask cache tree kernels decode api batch
+#   tools/mutation.sh verify mask            # some of them
+#   MUTATION_TIMEOUT=420 tools/mutation.sh decode   # stop after 7 minutes; rerun to go on
 #
 # Every module runs in its own copy of the repository, $MUTATION_DIR/<module> (default
 # /tmp/lookahead-mutation/<module>; the working tree is never touched), against a fast test

@@ -31,7 +31,7 @@ docs/default_model.md ("How to rerun").
 
 Examples::
 
-    P="taskset -c 1 env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE python benchmarks/train_default_model.py"
+    P="taskset -c 1 env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE python training/train_default_model.py"
     # a run from scratch (trains the tokenizer); a 6.9M model
     $P --hidden 256 --layers 6 --heads 4 --inter 704 --steps 360 --warmup 30 --lr 2e-3
     # continue the shipped weights on functions and requests only, choosing on validation
