@@ -64,7 +64,7 @@ def generate(
             successors and the draft budget's learnt chances (the default is a fresh pool per
             call).
         lookahead_costs: a ``CostCurve``: what a forward over k tokens costs relative to one,
-            which the adaptive controller weighs guesses against (for a batch of B rows: a
+            which the draft budget weighs guesses against (for a batch of B rows: a
             forward over ``[B, k]`` against one over ``[B, 1]``). Default: measured once per
             model, dtype, device, thread count and batch size (about a second) and kept in
             ``~/.cache/lookahead/costs.json``; under ``torch.distributed`` rank 0's curve.
@@ -215,7 +215,7 @@ def _pad_token(generation_config) -> int | None:
 
 
 def _costs(model, config: LookaheadConfig, given: CostCurve | None, rows: int) -> CostCurve | None:
-    """The curve the adaptive controller needs (none when it is off), for batches of ``rows``."""
+    """The curve the draft budget needs (none for the classic shape), for batches of ``rows``."""
     if given is not None or not config.adaptive or config.method != "lookahead":
         return given
     return cost_curve(model, rows=rows)

@@ -20,15 +20,14 @@ class LookaheadStats:
         pool_lookups / pool_hits: steps that asked the pool / that got at least one guess.
         guess_tokens: tokens fed as guesses (window + candidates), summed over steps.
         source_tokens: accepted guessed tokens by the source whose guess matched them
-            (``window``, ``copy``, ``pool``, ``successors``, ``filler``: see ``CostCurve.from_times``;
-            ties go to the first in that order).
-        lean_steps: steps that ran without the window (lean or plain: the controller backed off).
+            (``window``, ``copy``, ``pool``, ``successors``; ties go to the window,
+            then to the first row's source).
+        lean_steps: steps that ran without the window's levels (every step but the classic shape's).
         window_steps: steps that fed a guess of the Jacobi window (its levels, or the draft
             budget's choice of its free-iteration row).
         plain_steps: steps that fed the last token alone, as plain decoding (a shape that
             found no guess included).
-        draft_steps: steps that fed a draft the budget chose, without the window (the
-            controller's ``draft`` shape).
+        draft_steps: steps that fed a draft the budget chose.
         forward_s: seconds spent inside the model's forward (prefill included; on CUDA up to
             the end of the forward's kernels, not their launch).
         total_s: seconds of the whole call; ``total_s - forward_s`` is the decoder's overhead.

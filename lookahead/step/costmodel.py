@@ -1,8 +1,8 @@
 """What a forward over k tokens costs, relative to a forward over one: measured once, reused.
 
-The shape controller weighs each step's expected accepted tokens against the cost of its
+The draft budget weighs each step's expected accepted tokens against the cost of its
 forward. Timing every step would make decisions depend on whatever else the machine does
-(a busy neighbour process makes every shape look slow at random) and differ between the
+(a busy neighbour process makes every step look slow at random) and differ between the
 ranks of a distributed run, which must feed forwards of identical shapes. So the cost is a
 curve measured once per (model, device, dtype, threads, torch version), kept in the user's
 cache directory, and every decision depends only on token counts and that curve.

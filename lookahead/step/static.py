@@ -184,7 +184,7 @@ class StaticSteps:
         """Before the prefill: compile every bucket not yet traced for this cache (a step of
         filler alone, rolled back), so that no decoding step waits for a compile, and, where
         ``calibrate``, time each bucket's compiled forward (the fastest of ``REPEATS``) into
-        ``costs``, the curve the controller prices steps with. A static step attends over the
+        ``costs``, the curve the draft budget prices steps with. A static step attends over the
         whole cache, so its cost does not depend on how much of it is filled: measuring on the
         empty cache holds for every step. ``warmup_s`` is what it took; graphs, the traced
         buckets and the curve are kept with the cache for later calls."""

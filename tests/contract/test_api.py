@@ -2,7 +2,7 @@
 
 The output object (scores, logits, cache: what ``generate`` would return), the fallback to
 plain ``generate`` (its counts, streaming, output object), the total time, when the cost curve
-is measured and that a given one drives the controller, the checks at both entry points
+is measured and that a given one drives the draft budget, the checks at both entry points
 (``input_ids`` by keyword, right padding, ``generate``'s own guessers, unknown model inputs),
 the batch path's arguments and request shapes the other tests never build (a one-token prompt,
 a single new token, a sliding model with ``use_cache`` off).
@@ -132,9 +132,9 @@ def test_total_time_adds_the_call_s_time():
         (LookaheadConfig(method="jacobi"), False),
     ],
 )
-def test_cost_curve_measured_only_for_the_adaptive_controller(monkeypatch, config, measured):
-    """The controller's cost curve is measured (about a second, kept on disk) only when the
-    adaptive controller runs and no curve was given."""
+def test_cost_curve_measured_only_for_the_draft_budget(monkeypatch, config, measured):
+    """The budget's cost curve is measured (about a second, kept on disk) only when a draft
+    budget decides and no curve was given."""
     calls = []
     monkeypatch.setattr(lookahead.api, "cost_curve", lambda model, **kwargs: calls.append(kwargs) or CostCurve.linear())
     model = tiny_model("llama", "sdpa")
@@ -228,7 +228,7 @@ def test_batch_output_and_pool():
 
 
 @pytest.mark.parametrize("ids,mask", [(RANDOM, None), (BATCH, BATCH_MASK)])
-def test_the_given_cost_curve_drives_the_controller(ids, mask):
+def test_the_given_cost_curve_drives_the_budget(ids, mask):
     """On text few guesses match, a flat curve (every width as cheap as one token) keeps the
     guesses on (plain steps only where no source had one: measured 7 of 15 steps, 18 of 32
     for the batch), where the default proportional one backs off to plain steps (23 of 25,

@@ -293,7 +293,7 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
 
 
 def test_every_guess_source_contributes_in_a_batch():
-    """With the controller off every step has the full shape, and each source (the window,
+    """With adaptive=False every step has the classic shape, and each source (the window,
     the copy guess, the pool) is credited with accepted tokens in some row; the forwards and
     their time are counted."""
     model = tiny_model("llama", "sdpa")

@@ -34,16 +34,14 @@ def test_equals_greedy(family, backend, ids, config, new, eos):
 
 @given(ids=prompts, config=configs, curve=testing.cost_curves(), new=max_new_tokens, eos=eos_ids)
 def test_equals_greedy_on_any_cost_curve(ids, config, curve, new, eos):
-    """Whatever the forwards cost, the tokens are greedy's; where two tokens cost less than
-    one, a decoder with a draft budget feeds no step its root alone (the filler fills it)."""
+    """Whatever the forwards cost (two tokens below one or above), the tokens are greedy's."""
     model = tiny_model("llama", "sdpa")
     kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
     stats = lookahead.LookaheadStats()
     mine = dict(lookahead_config=config, lookahead_costs=curve, lookahead_stats=stats)
     got = lookahead.generate(model, ids, **mine, **kwargs)
     assert got.tolist() == greedy(model, ids, **kwargs).tolist()
-    if curve(2) < 1 and config.uses_copy and config.adaptive:
-        assert stats.plain_steps == 0 and stats.guess_tokens >= stats.steps
+    assert stats.forwards == stats.steps + 1
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -106,7 +106,7 @@ def test_planted_bias_is_caught(model, reference):
 
 
 def test_same_seed_same_output_whatever_the_shape(model):
-    """The noise is drawn per emitted token, so window, guesses and the adaptive controller
+    """The noise is drawn per emitted token, so window, guesses and the draft budget
     (which reacts to timing) cannot change a seeded sample."""
     kwargs = dict(SAMPLING, max_new_tokens=30)
     shapes = [

@@ -73,8 +73,8 @@ def test_one_sequence_equals_seeded_generate(case, prompt, config, options, eos,
     seed=st.integers(0, 2**16),
 )
 def test_seeded_generate_on_any_cost_curve(rows, config, curve, options, new, seed):
-    """The seeded tokens whatever the forwards cost, one sequence or a batch; where two tokens
-    cost less than one, a single sequence's steps never feed the root alone."""
+    """The seeded tokens whatever the forwards cost (two tokens below one or above), one
+    sequence or a batch."""
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad(rows)
     kwargs = dict(do_sample=True, attention_mask=mask, max_new_tokens=new, pad_token_id=PAD, **options)
@@ -83,8 +83,6 @@ def test_seeded_generate_on_any_cost_curve(rows, config, curve, options, new, se
     mine = dict(lookahead_config=config, lookahead_costs=curve, lookahead_stats=stats, eos_token_id=None)
     got, _ = seeded(lookahead.generate, seed, model, ids, **mine, **kwargs)
     assert got.tolist() == expected.tolist()
-    if curve(2) < 1 and config.uses_copy and config.adaptive and len(rows) == 1:
-        assert stats.plain_steps == 0
 
 
 @given(

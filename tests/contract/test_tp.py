@@ -144,7 +144,7 @@ def test_adaptive_shapes_vary_and_are_the_same_on_every_rank(ranks, family):
     first, second = (data["families"][family] for data in ranks)
     assert first["query_lengths"] == second["query_lengths"]
     steps = first["query_lengths"][1:]  # after the prefill
-    assert len(set(steps)) >= 3, f"the controller never changed the step shape: {sorted(set(steps))}"
+    assert len(set(steps)) >= 3, f"the budget never changed the step's width: {sorted(set(steps))}"
     # the draft budget weighs the window's row with the other sources: fed in some steps, not all
     assert 0 < first["window_steps"] < first["steps"], "the window's row was fed always or never"
     assert first["tokens_per_forward"] > 1.2

@@ -132,6 +132,19 @@ def test_choose_feeds_the_tree_worth_most_per_cost(tree, data, per_token, window
         assert min(path[i] for i in range(n) if filled[i]) >= max(path[i] for i in range(n) if not filled[i])
 
 
+@given(tree=trees(max_nodes=8), data=st.data(), two=st.floats(0.5, 0.94))
+def test_where_a_guessed_node_costs_less_than_nothing_every_step_with_a_candidate_feeds_one(tree, data, two):
+    """Where two tokens (with the decoder's overhead) cost less than one, as a CPU's slow
+    one-query bf16 kernel makes them, a step with any candidate never feeds its root alone,
+    whatever the candidates' chances."""
+    _, parents = tree
+    n = len(parents)
+    cond = np.array(data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)), dtype=np.float64)
+    costs = np.array([1.0, two, two + 0.1, two + 0.2])
+    keep = np.zeros(n, dtype=np.bool_)
+    assert budget.choose(parents, cond, n, costs, 0.05, 0, 0.0, keep) >= min(n, 1)
+
+
 @settings(max_examples=200)
 @given(tree=trees(), appended=st.lists(tokens, min_size=1, max_size=6))
 def test_record_counts_nodes_whose_parent_held(tree, appended):

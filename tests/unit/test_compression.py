@@ -2,7 +2,7 @@
 
 Every source can fail silently: the output stays exact because every guess is verified, and
 only the speed-up goes. So for each source there is a fixed case (tiny model, prompt, config
-with ``adaptive=False`` so that the shape controller cannot move the numbers, every other
+with ``adaptive=False`` so that the draft budget cannot move the numbers, every other
 source off) whose tokens per forward was measured, and the test asserts at least 90% of it.
 Each floor is well above 1 (what a lost source gives) and, for the two sources whose bugs
 were seen to pass the suite before (trie merge, window rows), a planted bug is checked to

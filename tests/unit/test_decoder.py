@@ -6,7 +6,7 @@ against what the forwards were fed; the copy guess fed as far as it pays; recycl
 length; the window's pool keys (one- and two-token); each text n-gram filed exactly once; one
 source named per guess row; guess rows padded with -1; models the other tests never build
 (one layer, no ``logits_to_keep``, ``use_cache=False``); plain steps on padded and
-sliding-window models; the cost curve the controller weighs.
+sliding-window models; the cost curve the draft budget weighs.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def test_plain_steps_over_full_attention_leave_the_mask_to_the_model():
     "family,padded", [("llama", False), ("llama", True), ("mistral", False), ("mistral", True), ("qwen2", False)]
 )
 def test_plain_steps_equal_greedy(family, padded):
-    """Plain steps (the controller backs off on random text when a forward costs in
+    """Plain steps (the budget backs off on random text when a forward costs in
     proportion to its tokens), 40 of them: over a left-padded prompt they still mask the
     padding, and on sliding-window models (all layers, or some) the window still slides."""
     model = tiny_model(family, "sdpa")
@@ -288,7 +288,7 @@ def test_plain_steps_equal_greedy(family, padded):
     assert stats.steps // 2 < stats.plain_steps <= stats.lean_steps == stats.steps
 
 
-def test_controller_weighs_the_given_cost_curve():
+def test_the_budget_weighs_the_given_cost_curve():
     """Guessing that costs almost nothing keeps guessing (plain steps only where no source had
     a guess); guessing that costs in proportion to the tokens fed backs off, on the same
     random text (measured: 7 plain steps of 20 and 37 of 40)."""
