@@ -9,7 +9,7 @@ tree with its own logits and commits what each accepted.
 Rows accept different numbers of tokens, so their caches would grow apart. The cache keeps
 one length for all rows and leaves *holes* instead: a step whose rows accepted ``a_r``
 tokens appends ``max(a)`` entries to every row, row r's first ``a_r`` its accepted nodes and
-the rest holes that the mask hides from then on (``past_keep``). Holes cost attention width
+the rest holes that the mask hides from then on (``past_visible``). Holes cost attention width
 but never a copy of the cache; when they make up most of it, every row's real entries are
 gathered to the right end, as left padding (one copy, rarely). Positions are each row's
 count of real tokens, as ``model.generate`` computes them from a left-padded attention mask,
@@ -108,7 +108,7 @@ class BatchDecoder:
         last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
         out = self.forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **last_only)
         logits = out[:, -1]
-        self.past_keep = attention_mask.bool()
+        self.past_visible = attention_mask.bool()
         self.past_pos = positions
         self.position = attention_mask.long().sum(-1)
         self.host_position = self.position.cpu().numpy()  # the same on the host: read there, not here
@@ -116,7 +116,7 @@ class BatchDecoder:
         successors = None
         if cfg.uses_successors:
             successors = kept_table(self.pool, logits.shape[-1], cfg.successors, cfg.ngram - 1)
-        real_mask = self.past_keep.cpu().numpy()
+        real_mask = self.past_visible.cpu().numpy()
         rows = input_ids.shape[0]
         for r in range(rows):
             criteria = self.stopping_criteria
@@ -133,7 +133,7 @@ class BatchDecoder:
                 np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
                 self.groups,
                 logits.shape[-1],
-                input_ids.device,  # where the inputs, masks and past_keep live
+                input_ids.device,  # where the inputs, masks and past_visible live
                 successors,
             )
             row = Row(seq, proposer, input_ids.shape[1], int(real_mask[r].argmax()))
@@ -171,7 +171,7 @@ class BatchDecoder:
         ids, *parts = upload(self.position.device, host_ids, *(a for lay in layouts for a in lay))  # one copy
         offsets, allowed = self._shapes(rows, plans, width, parts)
         mask = batch_masks(
-            offsets, allowed, self.position, self.past_keep, self.past_pos, self.groups, self.model.dtype
+            offsets, allowed, self.position, self.past_visible, self.past_pos, self.groups, self.model.dtype
         )
         positions = self.position[:, None] + offsets
         if self.static is not None:
@@ -219,7 +219,7 @@ class BatchDecoder:
     def _commit(self, accepted: list[list[int]]) -> None:
         """Append ``max(a)`` entries per row, holes after each row's own ``a_r``."""
         m = max(len(k) for k in accepted)
-        past_len = self.past_keep.shape[1]
+        past_len = self.past_visible.shape[1]
         device = self.position.device
         moved = any(k != list(range(m)) for k in accepted)  # else the entries already sit in place
         counts = np.array([len(k) for k in accepted])
@@ -230,22 +230,22 @@ class BatchDecoder:
             commit_rows(self.cache, past_len, index)
         else:
             trim_rows(self.cache, past_len + m)
-        self.past_keep = torch.cat([self.past_keep, steps[None] < counts[:, None]], dim=1)
+        self.past_visible = torch.cat([self.past_visible, steps[None] < counts[:, None]], dim=1)
         self.past_pos = torch.cat([self.past_pos, self.position[:, None] + steps[None]], dim=1)
         self.position = self.position + counts
         self.host_position = self.host_position + np.array([len(k) for k in accepted])  # as counts
-        held = self.past_keep.shape[1]
+        held = self.past_visible.shape[1]
         full = self.static is not None and held + self.static.room > self.static.max_len
         if full or (held > 64 and 2 * int(self.host_position.max()) < held):
             self._close_holes()
 
     def _close_holes(self) -> None:
         """Gather each row's real entries to the right end (holes become left padding)."""
-        real = self.past_keep
+        real = self.past_visible
         order = torch.sort(real.to(torch.int8), dim=1, stable=True).indices  # holes first
         index = order[:, real.shape[1] - int(self.host_position.max()) :]  # each row's real entries
         gather_rows(self.cache, index)
-        self.past_keep = real.gather(1, index)
+        self.past_visible = real.gather(1, index)
         self.past_pos = self.past_pos.gather(1, index)
 
     def _forced(self, row: Row) -> bool:
@@ -286,7 +286,7 @@ class BatchDecoder:
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(0, index.to(layer.keys.device))
             layer.values = layer.values.index_select(0, index.to(layer.values.device))
-        self.past_keep = self.past_keep[index]
+        self.past_visible = self.past_visible[index]
         self.past_pos = self.past_pos[index]
         self.position = self.position[index]
         self.host_position = self.host_position[staying]

@@ -8,12 +8,11 @@ import numpy as np
 import torch
 
 from lookahead.sampling.rule import Pick
-from lookahead.step.inputs import ROOT_ONLY, StepInputs
+from lookahead.step.inputs import NO_CHAIN, ROOT_ONLY, StepInputs
 from lookahead.step.proposer import Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify.tree import GuessTree
 
-_NO_CHAIN = np.zeros(0, dtype=np.int64)
 PAD_RUN = 4  # pad tokens a finished row feeds per step when its scores are reported
 
 
@@ -80,7 +79,7 @@ class Row:
         """This step's inputs (ids None) and input tokens."""
         if forced:
             pads = np.full((1, PAD_RUN), self.proposer.rule.pad, dtype=np.int64)
-            tree = GuessTree.build(_NO_CHAIN, 1, pads)
+            tree = GuessTree.build(NO_CHAIN, 1, pads)
             return StepInputs(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
         return self._inputs(*self.proposer.plan(self.seq))
 

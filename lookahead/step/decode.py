@@ -52,9 +52,9 @@ class Decoder:
         return timed(self.stats, run)
 
     @property
-    def past_keep(self) -> torch.Tensor:
+    def past_visible(self) -> torch.Tensor:
         """Bool ``[cache length]``: False at the prompt's padding."""
-        return self._keep[: self._kept]
+        return self._visible[: self._visible_len]
 
     def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
@@ -66,10 +66,10 @@ class Decoder:
             check_cache(self.cache)  # the layers a lazily built cache made in the prefill
             self._sliding = prepare_cache(self.cache)
         real = attention_mask[0].bool() if attention_mask is not None else torch.ones_like(seq.ids[0], dtype=torch.bool)
-        self._keep = torch.zeros(0, dtype=torch.bool, device=real.device)
-        self._grow_keep(2 * real.shape[0] + 64)
-        self._keep[: real.shape[0]] = real
-        self._kept = real.shape[0]
+        self._visible = torch.zeros(0, dtype=torch.bool, device=real.device)
+        self._grow_visible(2 * real.shape[0] + 64)
+        self._visible[: real.shape[0]] = real
+        self._visible_len = real.shape[0]
         prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
         rule = self.proposer.rule
         rule.start(logits[-1:])
@@ -117,22 +117,22 @@ class Decoder:
             self.static.commit(past_len, path)
         else:
             commit(self.cache, past_len, step.ids.shape[1], path, self._sliding)
-        self._kept += len(path)
-        if self._kept > self._keep.shape[0]:
-            self._grow_keep(2 * self._keep.shape[0])
+        self._visible_len += len(path)
+        if self._visible_len > self._visible.shape[0]:
+            self._grow_visible(2 * self._visible.shape[0])
         self.position += len(path)
 
-    def _grow_keep(self, size: int) -> None:
+    def _grow_visible(self, size: int) -> None:
         """Grow the flags of which cache entries are real tokens to ``size``, the new ones
-        True: on the CPU one memory that numpy (``_keep_host``) and torch both view, on a
+        True: on the CPU one memory that numpy (``_visible_host``) and torch both view, on a
         device made and grown there (no host copy inside a step)."""
-        old = self._keep
+        old = self._visible
         if old.device.type == "cpu":
-            self._keep_host = np.ones(size, dtype=bool)
-            self._keep = torch.from_numpy(self._keep_host)
+            self._visible_host = np.ones(size, dtype=bool)
+            self._visible = torch.from_numpy(self._visible_host)
         else:
-            self._keep = torch.ones(size, dtype=torch.bool, device=old.device)
-        self._keep[: old.shape[0]] = old
+            self._visible = torch.ones(size, dtype=torch.bool, device=old.device)
+        self._visible[: old.shape[0]] = old
 
     def _inputs(self, seq: TokenSequence, past_len: int) -> StepInputs:
         """Input ids ``[1, q]``, positions ``[1, q]``, the guess tree and mask(s) of one step."""
@@ -148,7 +148,7 @@ class Decoder:
             # shaped as the model takes them on the host: numpy's views cost less than torch's
             offsets, allowed = proposer.mask.layout(tree)
             mask = np.empty((1, 1, allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
-            kernels.additive_mask(self._keep_host[:past_len], allowed, _BLOCKED, mask[0, 0])
+            kernels.additive_mask(self._visible_host[:past_len], allowed, _BLOCKED, mask[0, 0])
             ids, positions, mask = views(host[None], (offsets + self.position)[None], mask)
             return StepInputs(tree, ids, positions, mask, cands, origins, windowed, host)
         sizes = {
@@ -156,7 +156,7 @@ class Decoder:
             for name, i in self.layer_index.items()
         }
         ids, *parts = upload(proposer.mask.device, host, *proposer.mask.layout(tree))  # one copy
-        offsets, mask = proposer.mask.build(tree, sizes, self.past_keep[:past_len], parts)
+        offsets, mask = proposer.mask.build(tree, sizes, self.past_visible[:past_len], parts)
         return StepInputs(tree, ids[None], (self.position + offsets)[None], mask, cands, origins, windowed, host)
 
     def _root_positions(self) -> torch.Tensor:
@@ -218,5 +218,5 @@ def lookahead_decode(
     while not seq.done:
         decoder.step(seq)
     if decoder.proposer.pool is not None:  # the text, without left padding, for later requests
-        decoder.proposer.pool.remember(seq.array()[int(decoder.past_keep.long().argmax()) :])
+        decoder.proposer.pool.remember(seq.array()[int(decoder.past_visible.long().argmax()) :])
     return seq

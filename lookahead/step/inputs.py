@@ -12,8 +12,8 @@ from lookahead.stats import LookaheadStats
 from lookahead.step.host import wait
 from lookahead.verify.tree import GuessTree
 
-_NO_CHAIN = np.zeros(0, dtype=np.int64)
-ROOT_ONLY = GuessTree(_NO_CHAIN, 1, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, _NO_CHAIN, np.zeros((0, 0), dtype=bool))
+NO_CHAIN = np.zeros(0, dtype=np.int64)  # a step without the classic window's level 0
+ROOT_ONLY = GuessTree(NO_CHAIN, 1, NO_CHAIN, NO_CHAIN, NO_CHAIN, NO_CHAIN, np.zeros((0, 0), dtype=bool))
 
 
 class StepInputs(NamedTuple):
@@ -34,7 +34,7 @@ class StepInputs(NamedTuple):
         """The source whose guess matched the most of ``held`` (the guessed tokens the step
         accepted): ``"window"`` for the classic window's level 0, else the first row's among
         the longest."""
-        chain = self.tree.chain if self.windowed else _NO_CHAIN
+        chain = self.tree.chain if self.windowed else NO_CHAIN
         best, best_len = "window", _common(chain, held)
         for name, row in zip(self.origins, self.cands if self.cands is not None else ()):
             n = _common(row, held)

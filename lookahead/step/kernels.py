@@ -11,14 +11,14 @@ from numba import njit
 
 
 @njit(cache=True)
-def additive_mask(past_keep, allowed, blocked, out):
+def additive_mask(past_visible, allowed, blocked, out):
     """A step's additive mask on the host, ``out`` (float ``[q, p + q]``): row i is 0 where
-    it may attend (a kept past entry, ``past_keep`` bool ``[p]``, or a step token it is
+    it may attend (a kept past entry, ``past_visible`` bool ``[p]``, or a step token it is
     ``allowed`` to see, bool ``[q, q]``) and ``blocked`` elsewhere."""
-    p, q = past_keep.shape[0], allowed.shape[0]
+    p, q = past_visible.shape[0], allowed.shape[0]
     for i in range(q):
         for j in range(p):
-            out[i, j] = 0.0 if past_keep[j] else blocked
+            out[i, j] = 0.0 if past_visible[j] else blocked
         for j in range(q):
             out[i, p + j] = 0.0 if allowed[i, j] else blocked
 

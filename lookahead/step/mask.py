@@ -57,14 +57,14 @@ class StepMask:
         """Boolean ``[q, q]``: which step tokens each step token may attend."""
         return torch.from_numpy(self.layout(tree)[1]).to(self.device)
 
-    def build(self, tree: GuessTree, sizes: dict, past_keep: torch.Tensor, parts: tuple | None = None):
+    def build(self, tree: GuessTree, sizes: dict, past_visible: torch.Tensor, parts: tuple | None = None):
         """Offsets and the mask(s) for the model.
 
         Args:
             tree: this step's guess tree.
             sizes: ``{name: (kv_offset, past_len)}``: the first cache index the group's
                 layers still hold, and the committed cache length.
-            past_keep: bool ``[past_len]``, False at padding.
+            past_visible: bool ``[past_len]``, False at padding.
             parts: the step's ``(offsets, allowed)`` (:meth:`layout`) already on the device
                 (any integer or bool dtype), or None.
 
@@ -76,7 +76,7 @@ class StepMask:
         masks = {}
         for name, window in self.groups.items():
             kv_offset, past_len = sizes[name]
-            past = past_keep[kv_offset:].expand(allowed.shape[0], -1)
+            past = past_visible[kv_offset:].expand(allowed.shape[0], -1)
             new = allowed
             if window is not None:
                 query = past_len + offsets
@@ -116,7 +116,7 @@ def batch_masks(
     offsets: torch.Tensor,
     allowed: torch.Tensor,
     positions: torch.Tensor,
-    past_keep: torch.Tensor,
+    past_visible: torch.Tensor,
     past_pos: torch.Tensor,
     groups: dict,
     dtype: torch.dtype,
@@ -124,7 +124,7 @@ def batch_masks(
     """The additive mask(s) ``[B, 1, q, L + q]`` of a batch step over a cache with holes.
 
     Row r's step tokens sit at positions ``positions[r] + offsets[r]``. A committed entry is
-    visible where ``past_keep`` (bool ``[B, L]``: False at padding and holes) says so and,
+    visible where ``past_visible`` (bool ``[B, L]``: False at padding and holes) says so and,
     for a sliding-window group, where its position (``past_pos``, long ``[B, L]``) is less
     than the window behind the query's. Positions, not cache indices, measure the window:
     holes make indices drift from positions.
@@ -141,7 +141,7 @@ def batch_masks(
     blocked = torch.finfo(dtype).min
     masks = {}
     for name, window in groups.items():
-        past = past_keep[:, None, :].expand(-1, offsets.shape[1], -1)
+        past = past_visible[:, None, :].expand(-1, offsets.shape[1], -1)
         new = allowed
         if window is not None:
             query = positions[:, None] + offsets

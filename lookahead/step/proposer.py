@@ -25,13 +25,12 @@ from lookahead.drafts.suffix import SuffixIndex
 from lookahead.sampling.guess import NoiseRace
 from lookahead.stats import LookaheadStats
 from lookahead.step.costmodel import CostCurve
+from lookahead.step.inputs import NO_CHAIN
 from lookahead.step.mask import StepMask
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify import kernels
 from lookahead.verify.rules import walk
 from lookahead.verify.tree import GuessTree, root_layout
-
-_NO_CHAIN = np.zeros(0, dtype=np.int64)
 
 
 class Proposer:
@@ -151,7 +150,7 @@ class Proposer:
         noise = ahead(self.successors.length)
         return Context(seq.array(), noise.numpy() if noise is not None else None, self.rule.temperature)
 
-    def _merged(self, seq: TokenSequence, cands, origins, chain=_NO_CHAIN, head=()):
+    def _merged(self, seq: TokenSequence, cands, origins, chain=NO_CHAIN, head=()):
         tree = GuessTree.build(chain, 1 + len(head), cands)
         return tree, [seq.tokens[-1], *head] + tree.tokens.tolist(), cands, origins
 

@@ -206,7 +206,7 @@ def test_cache_rows_equal_a_fresh_prefill():
         for r, row in enumerate(decoder.live):
             real = row.seq.tokens[ids.shape[1] - len(MOTIFS[r]) : -1]
             fresh = model(torch.tensor([real]), cache=DynamicCache(), use_cache=True).cache
-            keep = decoder.past_keep[r]
+            keep = decoder.past_visible[r]
             assert int(keep.sum()) == len(real) == int(decoder.position[r])
             assert decoder.past_pos[r][keep].tolist() == list(range(len(real)))
             for layer, ref in zip(decoder.cache.layers, fresh.layers):
@@ -216,12 +216,12 @@ def test_cache_rows_equal_a_fresh_prefill():
     holes = 0
     for _ in range(6):
         decoder.step()
-        holes += int((~decoder.past_keep).sum())
+        holes += int((~decoder.past_visible).sum())
         check()
     assert holes > 0
     decoder._close_holes()
     check()
-    assert decoder.past_keep.shape[1] == int(decoder.position.max())  # the longest row, no hole left
+    assert decoder.past_visible.shape[1] == int(decoder.position.max())  # the longest row, no hole left
     decoder.step()
     check()
 

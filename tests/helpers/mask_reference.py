@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep):
+def reference_mask(levels, width, tree, window, past_len, kv_offset, past_visible):
     """Boolean ``[q, past_len - kv_offset + q]`` straight from the definitions.
 
     A step token may attend a committed position (kept, not padding) or a step token that
@@ -42,7 +42,7 @@ def reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep):
     out = np.zeros((len(nodes), past_len - kv_offset + len(nodes)), dtype=bool)
     for r, q in enumerate(nodes):
         for k in range(kv_offset, past_len):
-            out[r, k - kv_offset] = past_keep[k] and (window is None or past_len + pos[q] - k < window)
+            out[r, k - kv_offset] = past_visible[k] and (window is None or past_len + pos[q] - k < window)
         seen = visible(q)
         for c, key in enumerate(nodes):
             out[r, past_len - kv_offset + c] = key in seen and (window is None or pos[q] - pos[key] < window)

@@ -44,10 +44,10 @@ def mask_cases(draw):
     cands = np.array([r + [-1] * (m - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), m)
     tree = GuessTree.build(chain, 1 + levels * width, cands)
     past_len = draw(st.integers(0, 12))
-    past_keep = draw(st.lists(st.booleans(), min_size=past_len, max_size=past_len))
+    past_visible = draw(st.lists(st.booleans(), min_size=past_len, max_size=past_len))
     kv_offset = draw(st.integers(0, past_len))
     window = draw(st.one_of(st.none(), st.integers(1, 7)))
-    return levels, width, tree, window, past_len, kv_offset, past_keep
+    return levels, width, tree, window, past_len, kv_offset, past_visible
 
 
 # Token texts for the copy kernels: a 4-letter alphabet that includes 0 (a real id in most

@@ -32,10 +32,10 @@ tokens = st.integers(3, VOCAB - 1)
 
 @given(mask_cases())
 def test_step_mask_equals_the_reference(case):
-    levels, width, tree, window, past_len, kv_offset, past_keep = case
+    levels, width, tree, window, past_len, kv_offset, past_visible = case
     step = StepMask(window_layout(levels, width), {None: window}, torch.float32, "cpu")
-    offsets, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
-    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
+    offsets, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
+    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_visible)
     assert mask.shape == (1, 1, *expected.shape) and mask.dtype == torch.float32
     blocked = torch.finfo(torch.float32).min
     assert torch.all((mask == 0) | (mask == blocked))
@@ -48,12 +48,12 @@ def test_the_host_made_mask_equals_the_step_mask(case):
     """A CPU step's mask made on the host in one kernel (``kernels.additive_mask`` over the
     layout ``StepMask.layout`` gives) is ``StepMask.build``'s, value for value, where every
     layer attends the whole past (the only case the decoder makes it on the host)."""
-    levels, width, tree, _, past_len, _, past_keep = case
+    levels, width, tree, _, past_len, _, past_visible = case
     step = StepMask(window_layout(levels, width), {None: None}, torch.float32, "cpu")
-    offsets, expected = step.build(tree, {None: (0, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
+    offsets, expected = step.build(tree, {None: (0, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
     host_offsets, allowed = step.layout(tree)
     mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
-    kernels.additive_mask(np.asarray(past_keep, dtype=bool), allowed, float(np.finfo(np.float32).min), mask)
+    kernels.additive_mask(np.asarray(past_visible, dtype=bool), allowed, float(np.finfo(np.float32).min), mask)
     assert torch.equal(torch.from_numpy(mask)[None, None], expected)
     assert host_offsets.tolist() == offsets.tolist()
 
@@ -62,24 +62,24 @@ def test_the_host_made_mask_equals_the_step_mask(case):
 def test_hybrid_models_get_one_mask_per_layer_type(case, window):
     """Full and sliding layers (gemma2, qwen2 with max_window_layers) each get their own
     mask, over the cache stretch their layers still hold."""
-    levels, width, tree, _, past_len, kv_offset, past_keep = case
+    levels, width, tree, _, past_len, kv_offset, past_visible = case
     groups = {"full_attention": None, "sliding_attention": window}
     step = StepMask(window_layout(levels, width), groups, torch.float32, "cpu")
     sizes = {"full_attention": (0, past_len), "sliding_attention": (kv_offset, past_len)}
-    _, masks = step.build(tree, sizes, torch.tensor(past_keep, dtype=torch.bool))
+    _, masks = step.build(tree, sizes, torch.tensor(past_visible, dtype=torch.bool))
     assert set(masks) == set(groups)
     for name, (offset, _) in sizes.items():
-        expected = reference_mask(levels, width, tree, groups[name], past_len, offset, past_keep)
+        expected = reference_mask(levels, width, tree, groups[name], past_len, offset, past_visible)
         assert ((masks[name][0, 0] == 0).numpy() == expected).all()
 
 
 @given(mask_cases())
 def test_step_mask_in_the_model_dtype(case):
     """A bf16 model gets a bf16 mask whose blocked entries are bf16's most negative value."""
-    levels, width, tree, window, past_len, kv_offset, past_keep = case
+    levels, width, tree, window, past_len, kv_offset, past_visible = case
     step = StepMask(window_layout(levels, width), {None: window}, torch.bfloat16, "cpu")
-    _, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_keep, dtype=torch.bool))
-    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_keep)
+    _, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
+    expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_visible)
     assert mask.dtype == torch.bfloat16
     assert ((mask[0, 0] == 0).numpy() == expected).all()
     assert (mask[0, 0][torch.from_numpy(~expected)] == torch.finfo(torch.bfloat16).min).all()
@@ -116,7 +116,7 @@ def batch_steps(draw):
     """1-4 rows, each with its own step shape and trie and ``past_len`` committed entries,
     laid out in one cache: 0-2 holes before each entry and after the last, then left padding
     up to the longest row. Returns the rows ``(levels, width, tree, past_len)`` and
-    ``past_keep``/``past_pos`` ``[B, L]`` (holes and padding: not kept, position 0)."""
+    ``past_visible``/``past_pos`` ``[B, L]`` (holes and padding: not kept, position 0)."""
     rows, layouts = [], []
     for _ in range(draw(st.integers(1, 4))):
         levels, width, tree, _, past_len, _, _ = draw(mask_cases())
@@ -139,7 +139,7 @@ def batch_steps(draw):
 def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
     """Row r of the batch mask, its holes and padding dropped, is the single-row mask of its
     cache without them; holes, padding and other rows' filler tokens are never seen."""
-    rows, past_keep, past_pos = case
+    rows, past_visible, past_pos = case
     groups = {"full_attention": None, "sliding_attention": window} if hybrid else {None: window}
     steps = [StepMask(window_layout(levels, width), groups, dtype, "cpu") for levels, width, _, _ in rows]
     offsets = [step.offsets(tree) for step, (_, _, tree, _) in zip(steps, rows)]
@@ -147,11 +147,11 @@ def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
     width = max(o.shape[0] for o in offsets)
     stacked_offsets, stacked_allowed = stack_steps(offsets, allowed, width)
     positions = torch.tensor([past_len for *_, past_len in rows])
-    masks = batch_masks(stacked_offsets, stacked_allowed, positions, past_keep, past_pos, groups, dtype)
+    masks = batch_masks(stacked_offsets, stacked_allowed, positions, past_visible, past_pos, groups, dtype)
     if not hybrid:
         masks = {None: masks}
     assert set(masks) == set(groups)
-    length, blocked = past_keep.shape[1], torch.finfo(dtype).min
+    length, blocked = past_visible.shape[1], torch.finfo(dtype).min
     for name, group_window in groups.items():
         mask = masks[name]
         assert mask.shape == (len(rows), 1, width, length + width) and mask.dtype == dtype
@@ -159,11 +159,11 @@ def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
         for r, (levels, width_r, tree, past_len) in enumerate(rows):
             q = offsets[r].shape[0]
             seen = mask[r, 0, :q] == 0
-            entries = past_keep[r].nonzero().reshape(-1).tolist()
+            entries = past_visible[r].nonzero().reshape(-1).tolist()
             expected = reference_mask(levels, width_r, tree, group_window, past_len, 0, [True] * past_len)
             columns = entries + list(range(length, length + q))
             assert (seen[:, columns].numpy() == expected).all()
-            assert not seen[:, :length][:, ~past_keep[r]].any()  # holes and padding
+            assert not seen[:, :length][:, ~past_visible[r]].any()  # holes and padding
             assert not seen[:, length + q :].any()  # this row's filler tokens
 
 
