@@ -206,40 +206,48 @@ def exact(logits, noise, processors):
     return int((torch.softmax(scores, dim=-1) / noise).argmax())
 
 
+def warped(warper) -> LogitsProcessorList:
+    """``generate``'s sampling list at T = 1 with one more warper."""
+    return LogitsProcessorList([TemperatureLogitsWarper(1.0), warper])
+
+
+def assert_races_agree(logits, processors, favourites) -> int:
+    """Each of ``favourites`` in turn gets the smallest noise, so the race's pick shows whether
+    its support holds it: the guess race picks what ``generate``'s race picks. Returns the
+    last pick."""
+    for favourite in favourites:
+        noise = torch.ones(logits.shape)
+        noise[0, favourite] = 1e-9
+        want = exact(logits, noise, processors)
+        assert NoiseRace.of(processors).picks(logits, [0], noise).tolist() == [want], favourite
+    return want
+
+
 def test_the_race_s_nucleus_ends_where_generate_s_does_ties_included():
     """Probabilities 0.4, 0.3, 0.3 and top-p 0.6: ``generate`` keeps 0.4 and the later of the
     two tied 0.3s (the cut falls inside the tie); each token in turn gets the smallest noise,
     so the race's pick shows which tokens its nucleus holds."""
     logits = torch.log(torch.tensor([[0.4, 0.3, 0.3, 1e-4]]))
     for top_p in (0.4, 0.6, 0.7, 0.99):
-        processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopPLogitsWarper(top_p)])
-        for favourite in range(4):
-            noise = torch.ones(1, 4)
-            noise[0, favourite] = 1e-6
-            want = exact(logits, noise, processors)
-            assert NoiseRace.of(processors).picks(logits, [0], noise).tolist() == [want], (top_p, favourite)
+        assert_races_agree(
+            logits, LogitsProcessorList([TemperatureLogitsWarper(1.0), TopPLogitsWarper(top_p)]), range(4)
+        )
 
 
 def test_the_race_s_min_p_edge_is_generate_s():
     logits = torch.log(torch.tensor([[0.5, 0.1, 0.1, 0.3]]))
     for min_p in (0.2, 0.21, 0.19):
-        processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), MinPLogitsWarper(min_p)])
-        for favourite in range(4):
-            noise = torch.ones(1, 4)
-            noise[0, favourite] = 1e-6
-            want = exact(logits, noise, processors)
-            assert NoiseRace.of(processors).picks(logits, [0], noise).tolist() == [want], (min_p, favourite)
+        assert_races_agree(
+            logits, LogitsProcessorList([TemperatureLogitsWarper(1.0), MinPLogitsWarper(min_p)]), range(4)
+        )
 
 
 def test_the_race_s_top_k_keeps_every_token_tied_with_its_k_th():
     logits = torch.log(torch.tensor([[0.4, 0.3, 0.3, 1e-4]]))
     for top_k in (1, 2, 3):
-        processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopKLogitsWarper(top_k)])
-        for favourite in range(4):
-            noise = torch.ones(1, 4)
-            noise[0, favourite] = 1e-6
-            want = exact(logits, noise, processors)
-            assert NoiseRace.of(processors).picks(logits, [0], noise).tolist() == [want], (top_k, favourite)
+        assert_races_agree(
+            logits, LogitsProcessorList([TemperatureLogitsWarper(1.0), TopKLogitsWarper(top_k)]), range(4)
+        )
 
 
 def test_the_race_past_the_slice_cuts_a_tie_as_generate_s_top_p_does():
@@ -248,10 +256,6 @@ def test_the_race_past_the_slice_cuts_a_tie_as_generate_s_top_p_does():
     probs = torch.full((200,), 0.18 / 134)
     probs[:64], probs[[70, 150]] = 0.0125, 0.01
     logits = torch.log(probs)[None]
-    processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopPLogitsWarper(0.805)])
-    for favourite in (70, 150, 3):
-        noise = torch.ones(1, 200)
-        noise[0, favourite] = 1e-9
-        want = exact(logits, noise, processors)
-        assert NoiseRace.of(processors).picks(logits, [0], noise).tolist() == [want], favourite
-    assert want == 3 and exact(logits, torch.ones(1, 200).index_fill_(1, torch.tensor([150]), 1e-9), processors) == 150
+    processors = warped(TopPLogitsWarper(0.805))
+    assert assert_races_agree(logits, processors, (70, 150, 3)) == 3
+    assert exact(logits, torch.ones(1, 200).index_fill_(1, torch.tensor([150]), 1e-9), processors) == 150
