@@ -46,7 +46,8 @@ path_of() {
   case "$1" in
     verify) echo "verify/rules.py" ;;
     mask | cache | decode | batch) echo "step/$1.py" ;;
-    tree | kernels) echo "drafts/$1.py" ;;
+    tree) echo "verify/tree.py" ;;
+    kernels) echo "drafts/kernels.py" ;;
     api) echo "api.py" ;;
     *) echo "unknown module: $1 (one of: ${ALL[*]})" >&2; return 1 ;;
   esac
