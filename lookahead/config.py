@@ -137,7 +137,7 @@ class LookaheadConfig:
         """The most tokens one step can feed: root, window, and every guess row unmerged."""
         if self.method == "jacobi":
             return 1 + self.window
-        rows = (self.guesses if self.uses_pool else 0) + (self.successors if self.uses_successors else 0)
+        rows = self._row_guesses
         return 1 + self.levels * self.window + rows * (self.ngram - 1) + (self.copy_length if self.uses_copy else 0)
 
     @property
@@ -153,8 +153,12 @@ class LookaheadConfig:
         guess every other source's rows (``ngram - 1`` tokens each)."""
         if self.uses_copy:
             return self.copy_length
-        rows = self.window + (self.guesses if self.uses_pool else 0) + (self.successors if self.uses_successors else 0)
-        return max(rows, 1) * (self.ngram - 1)
+        return max(self.window + self._row_guesses, 1) * (self.ngram - 1)
+
+    @property
+    def _row_guesses(self) -> int:
+        """The rows the pool and the successors propose at most per step."""
+        return (self.guesses if self.uses_pool else 0) + (self.successors if self.uses_successors else 0)
 
     @property
     def uses_pool(self) -> bool:

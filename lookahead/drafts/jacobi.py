@@ -29,8 +29,8 @@ _NONE = np.zeros((0, 0), dtype=np.int64)
 
 def deepest_branch(tree, node: int) -> list[int]:
     """The input indices of the deepest branch below ``node`` of ``tree`` (a
-    ``lookahead.verify.tree.GuessTree``) (its first child on a tie), top
-    down; empty when ``node`` is a leaf."""
+    ``lookahead.verify.tree.GuessTree``), top down, the first child's on a tie; empty when
+    ``node`` is a leaf."""
     width, base = int(tree.chain.shape[0]), tree.base
     parent_of = {i + 1: i for i in range(width)}
     for d, p in enumerate(tree.parents.tolist()):
@@ -113,9 +113,12 @@ class WindowSource:
         if self.rows.size and self.score is not None:  # fed or not: the first appended token decides
             self.score(int(text[-accepted]) in self.rows[:, 0].tolist())
         guesses = free_iterations(outcome.tree, outcome.path[-1], outcome.picks, self.depth, outcome.rank, self.most)
-        self.rows = guesses if guesses.size else moved_on(self.rows, accepted)
-        first = guesses[0] if guesses.size else None
-        if self.pool is not None and first is not None and first.size == self.depth and first[-1] >= 0:
+        if not guesses.size:
+            self.rows = moved_on(self.rows, accepted)
+            return
+        self.rows = guesses
+        first = guesses[0]
+        if self.pool is not None and first.size == self.depth and first[-1] >= 0:
             self.pool.insert(np.concatenate([text[-1:], first])[None])
 
 
