@@ -5,7 +5,7 @@ With a 4D mask, transformers' sdpa path turns its GQA support off and ``repeat_k
 layer's keys and values to the query heads' count on every step. This times one masked step
 (q tokens after a ctx-token cache) of a random-weight GQA Llama (8 query heads, 2 KV heads, 8
 layers, hidden 512) both ways, interleaved, fastest of 15: transformers' ``sdpa`` and
-lookahead's opt-in backend (``lookahead.register_attention()``, ``lookahead/step/attention.py``),
+lookahead's opt-in backend (``lookahead.register_attention()``, ``lookahead/runtime/attention.py``),
 which calls ``scaled_dot_product_attention(..., enable_gqa=True)`` under the same mask. The
 logits must be identical. Then whole ``lookahead.generate`` calls on the same model, both
 backends interleaved (the same tokens each), for the time a decode saves.

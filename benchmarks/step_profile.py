@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     import lookahead
     from lookahead.bench import prompts
     from lookahead.checking import loading
-    from lookahead.step.sdpa import without_cudnn
+    from lookahead.runtime.sdpa import without_cudnn
 
     for dtype in args.dtypes.split(","):
         model, tokenizer = loading.load(None, dtype, args.device)

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from lookahead.drafts.pool import NgramPool
     from lookahead.drafts.suffix import SuffixIndex
     from lookahead.export import export_custom_generate
+    from lookahead.runtime.attention import register_attention
     from lookahead.stats import LookaheadStats
-    from lookahead.step.attention import register_attention
     from lookahead.step.costmodel import CostCurve
     from lookahead.support import Unsupported
 
@@ -36,7 +36,7 @@ _HOMES = {
     "export_custom_generate": "lookahead.export",
     "generate": "lookahead.api",
     "load_default_model": "lookahead.default_model",
-    "register_attention": "lookahead.step.attention",
+    "register_attention": "lookahead.runtime.attention",
 }
 __all__ = [
     "CostCurve",

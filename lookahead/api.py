@@ -15,11 +15,12 @@ from lookahead.arguments import check_costs, check_decoding, check_generator_dev
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.suffix import SuffixIndex
+from lookahead.runtime.calibration import cost_curve
+from lookahead.runtime.sdpa import without_cudnn
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch import batch_decode
-from lookahead.step.costmodel import CostCurve, cost_curve
+from lookahead.step.costmodel import CostCurve
 from lookahead.step.decode import lookahead_decode
-from lookahead.step.sdpa import without_cudnn
 from lookahead.step.static import static_steps
 from lookahead.step.stopping import stop_strings_to_criteria
 from lookahead.support import Unsupported, check_model, check_request, plain_generate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lookahead.step import attention
+from lookahead.runtime import attention
 
 # Families whose attention was checked (by the property tests) to honour a custom additive
 # 4D mask with explicit positions under both eager and sdpa (gemma2: eager only).

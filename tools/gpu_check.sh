@@ -92,7 +92,7 @@ import torch
 import transformers as tf
 
 import lookahead
-from lookahead.step.costmodel import calibrate
+from lookahead.runtime.calibration import calibrate
 
 device, big = sys.argv[1], sys.argv[2] == "1"
 sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256) if big else (1, 2, 4, 8)

@@ -16,7 +16,7 @@ import torch
 from lookahead.bench import probes
 from lookahead.checking.request import Request
 from lookahead.config import ENGINE_METHODS
-from lookahead.step.sdpa import without_cudnn
+from lookahead.runtime.sdpa import without_cudnn
 
 
 class MethodUnavailable(RuntimeError):

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from lookahead.step import attention
+from lookahead.runtime import attention
 
 DTYPES = {
     "float32": torch.float32,

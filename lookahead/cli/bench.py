@@ -286,12 +286,12 @@ def _curve_used(args, model, labels, fields: dict) -> dict | None:
     it came from) and where it is kept; None where none priced them: no adaptive lookahead
     ran, or its steps ran compiled (their own bucketed curve) or sharded."""
     from lookahead import distributed
-    from lookahead.step import costmodel
+    from lookahead.runtime import calibration
 
     if "lookahead" not in labels or not fields.get("adaptive", True) or args.compile or distributed.is_sharded(model):
         return None
-    curve = costmodel.cost_curve(model, rows=args.batch_size).as_dict()
-    return {**curve, "file": str(costmodel.default_cache_dir() / "costs.json")}
+    curve = calibration.cost_curve(model, rows=args.batch_size).as_dict()
+    return {**curve, "file": str(calibration.default_cache_dir() / "costs.json")}
 
 
 def _resolved(fields: dict) -> dict:

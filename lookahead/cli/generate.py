@@ -19,7 +19,7 @@ from lookahead.checking.request import Request
 from lookahead.checking.verdict import is_flip, race_verdict
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, UsageError
 from lookahead.drafts.suffix import SuffixIndex
-from lookahead.step.sdpa import without_cudnn
+from lookahead.runtime.sdpa import without_cudnn
 
 DEFAULT_PROMPT = "def fibonacci(n):\n"
 WARMUP_TOKENS = 2  # a short first call loads the numba kernels and warms torch, outside the timing

@@ -8,8 +8,6 @@ mask        positions and the additive 4D attention mask of a step
 host        a step's one upload and one read of the logits (``kernels``: host-made masks)
 cache       committing accepted KV entries to a ``DynamicCache``
 static      the same on a ``StaticCache``, compiled once per step-size bucket
-costmodel   a forward's cost by its width, calibrated: what the budget prices nodes with
+costmodel   a forward's cost by its width (a curve): what the budget prices nodes with
 sequence    the growing token sequence; ``stopping``: criteria after every token
-attention   an opt-in sdpa backend that skips ``repeat_kv`` on masked GQA steps
-sdpa        which sdpa kernels a decode runs on
 """

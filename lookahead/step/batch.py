@@ -46,7 +46,6 @@ from lookahead.step.mask import attention_groups, batch_masks, stack_steps
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps, bucket_for
 from lookahead.step.stopping import fast_check
-from lookahead.verify.rules import walk
 from lookahead.verify.tree import root_layout
 
 ROOT_HEAD = root_layout()  # the head of a step that feeds no window: a pad run, or a left row's root
@@ -129,17 +128,10 @@ class BatchDecoder:
                 rule.processors = RowView(rule.processors, r, rows)
             # priced by the batch's own curve (a [B, k] forward against a [B, 1] one)
             proposer = new_proposer(cfg, rule, self.stats, self.pool, self.costs, self.index, self.model.dtype)
-            proposer.seed(
-                np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]],
-                self.groups,
-                logits.shape[-1],
-                input_ids.device,  # where the inputs, masks and past_visible live
-                successors,
-            )
+            prompt = np.asarray(seq.tokens, dtype=np.int64)[real_mask[r]]
+            # the inputs, masks and past_visible live where input_ids do
+            proposer.start(seq, logits[r : r + 1], prompt, self.groups, input_ids.device, successors)
             row = Row(seq, proposer, input_ids.shape[1], int(real_mask[r].argmax()))
-            rule.start(logits[r : r + 1])
-            seq.append(next(walk(None, rule, lambda: seq.ids))[1])  # noqa: B023 - called at once
-            proposer.learn_text(seq, 1)
             self.rows.append(row)
             self._check_stop(row)
         self.live = list(self.rows)
@@ -185,10 +177,13 @@ class BatchDecoder:
                 table.record(
                     host_ids[i, : len(tokens)], top[i, : len(tokens)].numpy(), scores[i, : len(tokens)].numpy()
                 )
-        accepted = [
-            self._accept(row, inputs, len(tokens), logits[i], preds[i]) if id(row) in active else []
-            for i, (row, (inputs, tokens)) in enumerate(zip(rows, plans))
-        ]
+        accepted = []  # each row's kept nodes; none for a row that only holds its slot
+        for i, (row, (inputs, tokens)) in enumerate(zip(rows, plans)):
+            if id(row) not in active:
+                accepted.append([])
+                continue
+            fed, learn = len(tokens), not self._forced(row)  # a forced row feeds pads, not guesses
+            accepted.append(row.proposer.verify(row.seq, inputs, logits[i, :fed], preds[i, :fed], learn))
         self._commit(accepted)
         for row in live:
             self._check_stop(row)
@@ -204,17 +199,6 @@ class BatchDecoder:
                 torch.ones(len(live), 1, 1, dtype=torch.bool, device=device),
             )
         return stack_steps(parts[0::2], [allowed.bool() for allowed in parts[1::2]], width)
-
-    def _accept(self, row: Row, inputs, fed: int, logits: torch.Tensor, preds: torch.Tensor) -> list[int]:
-        """Walk a row's tree over its ``logits`` (``[width, V]``; ``preds`` their host argmax);
-        learn from what it fed and accepted; return its kept nodes."""
-        proposer, seq = row.proposer, row.seq
-        path = proposer.accept(seq, inputs.tree, logits[:fed], preds[:fed].tolist())
-        if self._forced(row):
-            return path
-        proposer.count(inputs, fed, seq.tokens[-len(path) :])
-        proposer.learn(seq, preds, path, inputs.tree, logits[:fed])
-        return path
 
     def _commit(self, accepted: list[list[int]]) -> None:
         """Append ``max(a)`` entries per row, holes after each row's own ``a_r``."""

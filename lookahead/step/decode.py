@@ -20,7 +20,6 @@ from lookahead.step.mask import attention_groups
 from lookahead.step.proposer import Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.step.static import StaticSteps
-from lookahead.verify.rules import walk
 
 _BLOCKED = torch.finfo(torch.float32).min  # what a float32 StepMask blocks with
 
@@ -71,10 +70,7 @@ class Decoder:
         self._visible[: real.shape[0]] = real
         self._visible_len = real.shape[0]
         prompt = np.asarray(seq.tokens, dtype=np.int64)[real.cpu().numpy()]
-        rule = self.proposer.rule
-        rule.start(logits[-1:])
-        seq.append(next(walk(None, rule, lambda: seq.ids))[1])
-        self.position = int(position_ids[0, -1]) + 1
+        self.position = int(position_ids[0, -1]) + 1  # the first token's, fed by the first step
         # static layers are all full length: the windows come from the config (see static.py)
         windows, self.layer_index = attention_groups(
             self.model, self.cache if self.static is None else DynamicCache(config=self.model.config)
@@ -90,11 +86,10 @@ class Decoder:
         self._zero_offset = torch.zeros(1, dtype=torch.long, device=seq.ids.device)
         self._root_position = np.zeros((1, 1), dtype=np.int64) if seq.ids.device.type == "cpu" else None
         self._root_position_ids = torch.from_numpy(self._root_position) if self._root_position is not None else None
-        self.proposer.seed(prompt, windows, logits.shape[-1], seq.ids.device)
-        self.proposer.learn_text(seq, 1)
+        self.proposer.start(seq, logits[-1:], prompt, windows, seq.ids.device)
 
     def step(self, seq: TokenSequence) -> None:
-        """One forward: plan the guesses, run them, verify, commit what holds, learn."""
+        """One forward: plan the guesses, run them, verify and learn, commit what holds."""
         proposer, past_len = self.proposer, len(seq.tokens) - 1
         step = self._inputs(seq, past_len)
         if self.static is not None:
@@ -106,10 +101,7 @@ class Decoder:
         preds, top, scores = fetch(logits, table.k if table is not None else 0)
         if top is not None:
             table.record(step.host_ids, top.numpy(), scores.numpy())
-        path = proposer.accept(seq, step.tree, logits, preds.tolist())
-        proposer.count(step, step.ids.shape[1], seq.tokens[-len(path) :])
-        self._commit(past_len, step, path)
-        proposer.learn(seq, preds, path, step.tree, logits)
+        self._commit(past_len, step, proposer.verify(seq, step, logits, preds))
 
     def _commit(self, past_len: int, step: StepInputs, path: list[int]) -> None:
         """Keep the accepted nodes' cache entries behind the committed ones, drop the rest."""

@@ -114,3 +114,10 @@ def wait(logits: torch.Tensor) -> torch.Tensor:
     if logits.is_cuda:
         torch.cuda.synchronize(logits.device)  # the last device of a device_map: it waited for the rest
     return logits
+
+
+def synchronize(devices) -> None:
+    """Wait for every CUDA device of ``devices`` (a forward over a device_map ends on the last)."""
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)

@@ -92,6 +92,14 @@ class Proposer:
         self.sources = self._sources()
         self.budget = self._budget()
 
+    def start(self, seq: TokenSequence, logits: torch.Tensor, prompt: np.ndarray, groups, device, successors=None):
+        """After the prefill: :meth:`seed` from the prompt's real tokens, append the first token
+        the rule picks from the prompt's last ``logits`` ``[1, V]``, file the n-grams it ends."""
+        self.seed(prompt, groups, logits.shape[-1], device, successors)
+        self.rule.start(logits)
+        seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
+        self.learn_text(seq, 1)
+
     def _head(self, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The step's fixed head before the guesses (offsets, attention): the root alone."""
         return root_layout()
@@ -167,6 +175,17 @@ class Proposer:
         stats.record_step(accepted)
         if accepted > 1:
             stats.credit(step.source_of(appended[:-1]), accepted - 1)
+
+    def verify(self, seq: TokenSequence, step, logits: torch.Tensor, preds: torch.Tensor, learn: bool = True):
+        """Verify and learn from a step that fed ``step``'s tokens: walk its tree over their
+        ``logits`` ``[q, V]`` (``preds`` ``[q]``: their argmax on the host) appending to ``seq``,
+        then, where ``learn``, count the step and let every source learn. Returns the nodes
+        whose cache entries stay."""
+        path = self.accept(seq, step.tree, logits, preds.tolist())
+        if learn:
+            self.count(step, preds.shape[0], seq.tokens[-len(path) :])
+            self.learn(seq, preds, path, step.tree, logits)
+        return path
 
     def accept(
         self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: list[int] | None = None

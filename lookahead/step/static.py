@@ -32,8 +32,8 @@ from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer
 
 from lookahead.config import LookaheadConfig
 from lookahead.step.cache import trim_rows
-from lookahead.step.costmodel import CostCurve, synchronize
-from lookahead.step.host import upload
+from lookahead.step.costmodel import CostCurve
+from lookahead.step.host import synchronize, upload
 from lookahead.step.mask import attention_groups
 
 BUCKETS = (1, 4, 8, 16, 32, 64)

@@ -347,7 +347,7 @@ def test_check_sample_compares_seeded_and_names_a_planted_difference(monkeypatch
 def test_calibration_and_the_static_warm_up_draw_no_random_numbers():
     """The first call on a model measures its cost curve, and a static cache's first call traces
     its buckets: neither may move the RNG a seeded sample reads."""
-    from lookahead.step.costmodel import calibrate
+    from lookahead.runtime.calibration import calibrate
 
     model = tiny_model("phi", "sdpa")
     torch.manual_seed(5)

@@ -7,8 +7,8 @@ from functools import cache
 import torch
 import transformers as tf
 
-from lookahead.step.attention import NAME as ATTENTION
-from lookahead.step.attention import register_attention
+from lookahead.runtime.attention import NAME as ATTENTION
+from lookahead.runtime.attention import register_attention
 
 VOCAB = 48
 COMMON = dict(

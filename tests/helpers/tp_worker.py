@@ -50,8 +50,8 @@ def _query_lengths(model, run) -> tuple[object, list[int]]:
 def check_family(model) -> dict:
     import lookahead
     from lookahead import distributed
-    from lookahead.step import costmodel
-    from lookahead.step.costmodel import cost_curve
+    from lookahead.runtime import calibration as costmodel
+    from lookahead.runtime.calibration import cost_curve
 
     ids = torch.tensor([PROMPT])
     n = ids.shape[1]

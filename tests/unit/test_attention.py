@@ -13,7 +13,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 import lookahead
-from lookahead.step.attention import gqa_sdpa_attention, register_attention
+from lookahead.runtime.attention import gqa_sdpa_attention, register_attention
 from lookahead.support import check_model
 
 from tiny_models import ATTENTION, tiny_model

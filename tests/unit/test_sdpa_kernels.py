@@ -7,7 +7,7 @@ import torch
 
 import lookahead
 import lookahead.api
-from lookahead.step.sdpa import cudnn_attention_off, without_cudnn
+from lookahead.runtime.sdpa import cudnn_attention_off, without_cudnn
 
 from tiny_models import tiny_model
 
