@@ -11,18 +11,24 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead import distributed
-from lookahead.arguments import check_costs, check_decoding, check_generator_device, check_inputs, check_streamer
+from lookahead.arguments import (
+    check_costs,
+    check_decoding,
+    check_generator_device,
+    check_inputs,
+    check_streamer,
+    stop_strings_to_criteria,
+)
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.runtime.calibration import cost_curve
 from lookahead.runtime.sdpa import without_cudnn
+from lookahead.runtime.static import ready, static_steps
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch import batch_decode
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.decode import lookahead_decode
-from lookahead.step.static import static_steps
-from lookahead.step.stopping import stop_strings_to_criteria
 from lookahead.support import Unsupported, check_model, check_request, plain_generate
 from lookahead.verify.rules import rule_for
 from lookahead.warmup import warm_kernels
@@ -168,7 +174,7 @@ def custom_generate(
         static = static_steps(model, input_ids, model_kwargs, generation_config, config)
         if static is not None:
             given, sharded = lookahead_costs is not None, distributed.is_sharded(model)
-            costs = static.ready(costs, rows, given=given, sharded=sharded, stats=stats)
+            costs = ready(static, costs, rows, given=given, sharded=sharded, stats=stats)
         decoding = dict(rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats, pool=lookahead_pool)
         decoding.update(
             costs=costs, static=static, index=lookahead_index, keep_scores=keep_scores, keep_logits=keep_logits

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
+from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
@@ -114,3 +117,25 @@ def check_streamer(streamer, input_ids) -> None:
             f"streamer takes one sequence (as transformers' streamers do), but input_ids has "
             f"batch size {input_ids.shape[0]}; stream a batch of 1 or drop streamer="
         )
+
+
+def stop_strings_to_criteria(kwargs: dict) -> None:
+    """Turn ``stop_strings`` + ``tokenizer`` into a stopping criterion.
+
+    transformers drops ``tokenizer`` before calling a ``custom_generate`` callable, so it
+    would refuse ``stop_strings``; the criterion it would have built is built here instead.
+    """
+    tokenizer = kwargs.pop("tokenizer", None)
+    stop = kwargs.pop("stop_strings", None)
+    config = kwargs.get("generation_config")
+    if stop is None and config is not None and config.stop_strings:
+        stop = config.stop_strings
+        kwargs["generation_config"] = config = copy.deepcopy(config)
+        config.stop_strings = None
+    if not stop:
+        return
+    if tokenizer is None:
+        raise ValueError(f"stop_strings={stop!r} needs the model's tokenizer: pass tokenizer=")
+    criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
+    criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop))
+    kwargs["stopping_criteria"] = criteria

@@ -8,14 +8,11 @@ token in Python, without tensors; any other criterion runs the list as given.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from transformers.generation.stopping_criteria import (
     EosTokenCriteria,
     MaxLengthCriteria,
-    StoppingCriteriaList,
-    StopStringCriteria,
 )
 
 Check = Callable[[int, int], bool]
@@ -35,25 +32,3 @@ def fast_check(criteria) -> Check | None:
     if max_length is None:
         return lambda length, token: token in eos
     return lambda length, token: length >= max_length or token in eos
-
-
-def stop_strings_to_criteria(kwargs: dict) -> None:
-    """Turn ``stop_strings`` + ``tokenizer`` into a stopping criterion.
-
-    transformers drops ``tokenizer`` before calling a ``custom_generate`` callable, so it
-    would refuse ``stop_strings``; the criterion it would have built is built here instead.
-    """
-    tokenizer = kwargs.pop("tokenizer", None)
-    stop = kwargs.pop("stop_strings", None)
-    config = kwargs.get("generation_config")
-    if stop is None and config is not None and config.stop_strings:
-        stop = config.stop_strings
-        kwargs["generation_config"] = config = copy.deepcopy(config)
-        config.stop_strings = None
-    if not stop:
-        return
-    if tokenizer is None:
-        raise ValueError(f"stop_strings={stop!r} needs the model's tokenizer: pass tokenizer=")
-    criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
-    criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop))
-    kwargs["stopping_criteria"] = criteria

@@ -13,8 +13,10 @@ from transformers.cache_utils import StaticCache, StaticLayer
 
 import lookahead
 from lookahead import testing
+from lookahead.runtime import static as static_setup
+from lookahead.runtime.static import ROUND, full_static_cache
 from lookahead.step.batch import BatchDecoder
-from lookahead.step.static import ROUND, StaticSteps, bucket_for, full_static_cache
+from lookahead.step.static import StaticSteps, bucket_for
 
 from strategies import batch_rows, eos_ids, max_new_tokens, prompts
 from tiny_models import CASES, left_pad, tiny_model
@@ -136,13 +138,13 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
     torch._dynamo.reset()
     counters.clear()
     model.__dict__.pop("_lookahead_cache", None)  # a cache of earlier tests on this model: its buckets are traced
-    after_warm_up, real = [], StaticSteps.prepare
+    after_warm_up, real = [], static_setup.prepare
 
-    def spy(self, **kwargs):
-        real(self, **kwargs)
-        after_warm_up.append((counters["stats"]["unique_graphs"], set(self.graphs), self.costs))
+    def spy(steps, **kwargs):
+        real(steps, **kwargs)
+        after_warm_up.append((counters["stats"]["unique_graphs"], set(steps.graphs), steps.costs))
 
-    monkeypatch.setattr(StaticSteps, "prepare", spy)
+    monkeypatch.setattr(static_setup, "prepare", spy)
     graphs = []
     for _ in range(2):
         got = lookahead.generate(model, ids, lookahead_config=config, compile_config=compile_config, **kwargs)
@@ -231,9 +233,7 @@ def test_a_batch_equals_static_generate(case, rows, config, new, picks, seed):
 def test_a_static_batch_keeps_every_row_and_gathers_its_holes_when_full(monkeypatch):
     """A batch on the static cache keeps all its rows in the cache (a finished row feeds a
     token nothing sees), and when holes would overflow the buffer they are gathered away."""
-    import lookahead.step.static as static
-
-    monkeypatch.setattr(static, "ROUND", 1)  # a cache of exactly what the request needs
+    monkeypatch.setattr(static_setup, "ROUND", 1)  # a cache of exactly what the request needs
     model = tiny_model("llama", "sdpa")
     model.__dict__.pop("_lookahead_cache", None)
     ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 3, [3, 4], [10, 11, 12] * 4])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList, StopStringCriteria
 
 import lookahead
-from lookahead.step.stopping import stop_strings_to_criteria
+from lookahead.arguments import stop_strings_to_criteria
 
 from strategies import configs, eos_ids, prompts
 from tiny_models import tiny_model, tiny_tokenizer
