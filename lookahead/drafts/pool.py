@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead.drafts import files, kernels
+from lookahead import files
+from lookahead.drafts import kernels
 from lookahead.drafts.suffix import SuffixIndex
 
 RECENT_TOKENS = 4096  # the recent texts' index may grow this far before the bulk is rebuilt

@@ -13,7 +13,8 @@ from functools import cached_property
 
 import numpy as np
 
-from lookahead.drafts import files, suffix_kernels
+from lookahead import files
+from lookahead.drafts import suffix_kernels
 
 SORT_DEPTH = 64  # suffixes are sorted by their first SORT_DEPTH tokens: more than any match and draft
 BYTES_PER_TOKEN = 8

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from lookahead import NgramPool, SuffixIndex
-from lookahead.drafts import files
+from lookahead import NgramPool, SuffixIndex, files
 
 from tiny_models import VOCAB, tiny_tokenizer
 
