@@ -9,5 +9,5 @@ host        a step's one upload and one read of the logits (``kernels``: host-ma
 cache       committing accepted KV entries to a ``DynamicCache``
 static      the same on a ``StaticCache``, compiled once per step-size bucket
 costmodel   a forward's cost by its width (a curve): what the budget prices nodes with
-sequence    the growing token sequence; ``stopping``: criteria after every token
+sequence    the growing token sequence, its stopping criteria checked after every token
 """

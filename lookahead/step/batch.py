@@ -43,9 +43,8 @@ from lookahead.step.decode import new_proposer
 from lookahead.step.host import fetch, upload
 from lookahead.step.inputs import timed
 from lookahead.step.mask import attention_groups, batch_masks, stack_steps
-from lookahead.step.sequence import TokenSequence
+from lookahead.step.sequence import TokenSequence, fast_check
 from lookahead.step.static import StaticSteps, bucket_for
-from lookahead.step.stopping import fast_check
 from lookahead.verify.tree import root_layout
 
 ROOT_HEAD = root_layout()  # the head of a step that feeds no window: a pad run, or a left row's root

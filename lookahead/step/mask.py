@@ -49,14 +49,6 @@ class StepMask:
         the host, to upload with the step's ids (:func:`lookahead.step.host.upload`)."""
         return tree.layout(self.head)
 
-    def offsets(self, tree: GuessTree) -> torch.Tensor:
-        """Position of each input token minus the root's: long ``[q]``."""
-        return torch.from_numpy(self.layout(tree)[0]).to(self.device)
-
-    def allowed(self, tree: GuessTree) -> torch.Tensor:
-        """Boolean ``[q, q]``: which step tokens each step token may attend."""
-        return torch.from_numpy(self.layout(tree)[1]).to(self.device)
-
     def build(self, tree: GuessTree, sizes: dict, past_visible: torch.Tensor, parts: tuple | None = None):
         """Offsets and the mask(s) for the model.
 
@@ -66,13 +58,14 @@ class StepMask:
                 layers still hold, and the committed cache length.
             past_visible: bool ``[past_len]``, False at padding.
             parts: the step's ``(offsets, allowed)`` (:meth:`layout`) already on the device
-                (any integer or bool dtype), or None.
+                (any integer or bool dtype), or None to upload them here.
 
         Returns:
             ``(offsets [q], mask)``: ``mask`` is ``[1, 1, q, kv]`` or a dict of them.
         """
-        offsets, allowed = parts if parts is not None else (self.offsets(tree), self.allowed(tree))
-        allowed = allowed.bool()
+        if parts is None:
+            parts = [torch.from_numpy(a).to(self.device) for a in self.layout(tree)]
+        offsets, allowed = parts[0], parts[1].bool()
         masks = {}
         for name, window in self.groups.items():
             kv_offset, past_len = sizes[name]

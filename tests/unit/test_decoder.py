@@ -81,7 +81,7 @@ def test_sequence_keeps_scores_and_logits_only_when_asked(keep_scores, keep_logi
 
 def test_default_criteria_are_answered_without_running_them(monkeypatch):
     """A length limit and EOS ids (the criteria ``generate`` builds by default) are answered
-    from the length and the newest token (lookahead.step.stopping): the criteria never run."""
+    from the length and the newest token (lookahead.step.sequence): the criteria never run."""
 
     def never_call(self, *args, **kwargs):
         raise AssertionError("the default criteria ran")

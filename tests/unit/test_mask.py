@@ -142,8 +142,9 @@ def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
     rows, past_visible, past_pos = case
     groups = {"full_attention": None, "sliding_attention": window} if hybrid else {None: window}
     steps = [StepMask(window_layout(levels, width), groups, dtype, "cpu") for levels, width, _, _ in rows]
-    offsets = [step.offsets(tree) for step, (_, _, tree, _) in zip(steps, rows)]
-    allowed = [step.allowed(tree) for step, (_, _, tree, _) in zip(steps, rows)]
+    layouts = [step.layout(tree) for step, (_, _, tree, _) in zip(steps, rows)]
+    offsets = [torch.from_numpy(offsets) for offsets, _ in layouts]
+    allowed = [torch.from_numpy(allowed) for _, allowed in layouts]
     width = max(o.shape[0] for o in offsets)
     stacked_offsets, stacked_allowed = stack_steps(offsets, allowed, width)
     positions = torch.tensor([past_len for *_, past_len in rows])

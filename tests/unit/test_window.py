@@ -1,4 +1,4 @@
-"""The Jacobi window (``lookahead.drafts.window.JacobiWindow``): each guess stays at the position it
+"""The Jacobi window (``lookahead.step.classic.JacobiWindow``): each guess stays at the position it
 was made for.
 
 The window keeps ``levels x width`` guesses; level l column i guesses the token ``1 + i + l``
@@ -17,8 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lookahead
-from lookahead.drafts.window import JacobiWindow
-from lookahead.step.classic import ClassicProposer
+from lookahead.step.classic import ClassicProposer, JacobiWindow
 
 from tiny_models import tiny_model
 
