@@ -11,7 +11,14 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from lookahead import distributed
-from lookahead.arguments import check_costs, check_decoding, check_generator_device, check_inputs, check_streamer
+from lookahead.arguments import (
+    check_costs,
+    check_decoding,
+    check_generator_device,
+    check_inputs,
+    check_streamer,
+    check_tokenizer,
+)
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.suffix import SuffixIndex
@@ -71,6 +78,8 @@ def generate(
         lookahead_index: a ``SuffixIndex`` over a corpus (``lookahead index build``, then
             ``SuffixIndex.load(path)``) that the copy guess also drafts from: the code base a
             code assistant works in, say. It is only read, so processes may share one.
+            With ``tokenizer=``, a pool or index made with another tokenizer (its fingerprint,
+            ``.vocabulary``, differs) is a ``ValueError``.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             which ``generate`` uses: under ``torch.manual_seed(s)`` the tokens are seeded
             ``model.generate``'s, batches included).
@@ -97,6 +106,7 @@ def generate(
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     check_inputs(inputs, kwargs)
+    check_tokenizer(kwargs.get("tokenizer"), lookahead_pool, lookahead_index)
     stop_strings_to_criteria(kwargs)
     return model.generate(
         inputs,
