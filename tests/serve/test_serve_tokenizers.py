@@ -10,8 +10,10 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 import lookahead
+from lookahead import cli
 from lookahead.drafts import files
 
+from serving import need_server_packages
 from tiny_models import tiny_model, tiny_tokenizer
 
 KWARGS = dict(max_new_tokens=8, pad_token_id=0, eos_token_id=None)
@@ -59,3 +61,14 @@ def test_an_index_of_another_tokenizer_is_refused_by_generate(tmp_path):
     with pytest.raises(ValueError, match="lookahead_index was made with another tokenizer"):
         lookahead.generate(model, IDS, lookahead_index=index, tokenizer=other_tokenizer(), **KWARGS)
 
+
+def test_serve_refuses_a_pool_of_another_tokenizer(tmp_path, capsys):
+    """The embedded model's server, handed a pool file marked with the tiny tokenizer: exit 2,
+    one line naming the file and the mismatch, before the model loads."""
+    need_server_packages()
+    pool = lookahead.NgramPool(5, 2)
+    pool.save(tmp_path / "foreign.npz", tokenizer=tiny_tokenizer())
+    assert cli.main(["serve", "--pool", str(tmp_path / "foreign.npz"), "--port", "0"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("lookahead serve: error: ") and "made with another tokenizer" in err
+    assert str(tmp_path / "foreign.npz") in err
