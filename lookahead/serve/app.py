@@ -131,8 +131,12 @@ def _add_routes(app, models, runner: Runner) -> None:
     async def bad_value(_request, exc: Exception):
         return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=400)
 
+    async def missing_field(_request, exc: KeyError):
+        return JSONResponse({"error": f"the request has no field {exc}"}, status_code=400)
+
     for kind in (ValueError, TypeError, NotImplementedError):  # NotImplementedError: lookahead.Unsupported
         app.add_exception_handler(kind, bad_value)
+    app.add_exception_handler(KeyError, missing_field)  # the handlers read body["messages"] and such
 
 
 def stats_document(models, runner: Runner) -> dict:

@@ -1,0 +1,91 @@
+"""Bad requests and faults: each gets a clear 4xx (streamed or not) or a clean cancel, and the
+server answers the next request exactly. Raw HTTP on loopback, so the client checks nothing."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+from test_serve_exact import complete
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+OK = {"prompt": "def add(a, b):\n", "max_tokens": 8}
+CANCEL_TIMEOUT_S = 30
+
+
+def post(live, path: str, body, stream_bytes: int | None = None) -> tuple[int, bytes]:
+    """POST ``body`` (bytes as they are, else JSON) to ``live``; ``(status, body)``. With
+    ``stream_bytes``, reads that many bytes of the body and hangs up."""
+    host, port = live.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read(stream_bytes) if stream_bytes else response.read()
+    finally:
+        conn.close()
+
+
+def with_model(live, body: dict) -> dict:
+    return {"model": live.model, **body}
+
+
+BAD = [
+    ("completions", b'{"prompt": "x", "max_tokens": ', 422, "json"),
+    ("completions", {"prompt": "x", "max_tokens": 4, "bogus": 1}, 422, "bogus"),
+    ("completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ("completions", {"prompt": "x", "max_tokens": -5, "stream": True}, 400, "max_tokens"),
+    ("completions", {"prompt": "x", "max_tokens": "many"}, 400, "many"),
+    ("completions", {"prompt": "x", "max_tokens": 4, "temperature": -1}, 400, "temperature"),
+    ("completions", {"prompt": "x", "max_tokens": 4, "temperature": "hot"}, 400, "hot"),
+    ("completions", {"prompt": "x", "max_tokens": 4, "top_p": 2, "stream": True}, 400, "top_p"),
+    ("completions", {"prompt": "x", "max_tokens": 4, "seed": "abc"}, 400, "abc"),
+    ("completions", {"prompt": "x", "max_tokens": 4, "generation_config": "{not json"}, 400, "JSON"),
+    ("completions", {"prompt": "x", "generation_config": '{"num_beams": 2}'}, 400, "num_beams"),
+    ("completions", {"prompt": "x " * 1100, "max_tokens": 4}, 400, "context"),
+    ("completions", {"prompt": 3, "max_tokens": 4}, 400, "prompt must be a string"),
+    ("chat", {"max_tokens": 4}, 400, "messages"),
+    ("chat", {"messages": "hi", "max_tokens": 4}, 400, "TypeError"),
+]
+
+
+@pytest.mark.parametrize("endpoint, body, status, words", BAD, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
+def test_a_bad_request_is_a_4xx_and_the_next_is_served(servers, endpoint, body, status, words):
+    live = servers.look
+    got, text = post(live, PATHS[endpoint], body if isinstance(body, bytes) else with_model(live, body))
+    assert got == status and words.lower() in text.decode().lower()
+    assert post(live, PATHS["completions"], with_model(live, OK))[0] == 200
+
+
+def test_another_model_is_neither_served_nor_loaded(servers):
+    live = servers.look
+    assert post(live, PATHS["completions"], {**OK, "model": "/etc"})[0] == 400
+    status, text = post(live, "/load_model", {"model": "/etc"})
+    assert status == 200 and b'"status": "error"' in text and b"serves" in text
+    assert post(live, PATHS["completions"], with_model(live, OK))[0] == 200
+
+
+def test_a_client_gone_mid_stream_cancels_its_request_and_the_server_goes_on(servers):
+    live = servers.look
+    before = _cancelled(live)
+    body = with_model(live, {"prompt": "import os\n", "max_tokens": 600, "stream": True})
+    status, first = post(live, PATHS["completions"], body, stream_bytes=64)  # then hang up
+    assert status == 200 and first.startswith(b"data: ")
+    deadline = time.monotonic() + CANCEL_TIMEOUT_S
+    while _cancelled(live) == before:
+        assert time.monotonic() < deadline, "the request went on after its client left"
+        time.sleep(0.05)
+    assert complete(live, False, max_tokens=16) == complete(servers.plain, False, max_tokens=16)
+
+
+def _cancelled(live) -> int:
+    host, port = live.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/lookahead/stats")
+        return json.loads(conn.getresponse().read())["outcomes"]["cancelled"]
+    finally:
+        conn.close()
