@@ -66,4 +66,4 @@ def embedded_options(**kwargs):
     from lookahead.default_model import default_model_path
     from lookahead.serve.app import ServeOptions
 
-    return ServeOptions(model_dir=str(default_model_path()), **kwargs)
+    return ServeOptions(**{"model_dir": str(default_model_path()), **kwargs})
