@@ -10,6 +10,9 @@ import time
 import pytest
 from test_serve_exact import complete
 
+from lookahead.drafts.pool import NgramPool
+from lookahead.serve.store import save_atomic
+
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 OK = {"prompt": "def add(a, b):\n", "max_tokens": 8}
 CANCEL_TIMEOUT_S = 30
@@ -68,7 +71,8 @@ def test_another_model_is_neither_served_nor_loaded(servers):
     assert post(live, PATHS["completions"], with_model(live, OK))[0] == 200
 
 
-def test_a_client_gone_mid_stream_cancels_its_request_and_the_server_goes_on(servers):
+def test_a_client_gone_mid_stream_cancels_its_request_and_the_server_goes_on(servers, tmp_path):
+    """The request stops at its next token; the pool it filed to stays whole (it saves and loads)."""
     live = servers.look
     before = _cancelled(live)
     body = with_model(live, {"prompt": "import os\n", "max_tokens": 600, "stream": True})
@@ -79,6 +83,9 @@ def test_a_client_gone_mid_stream_cancels_its_request_and_the_server_goes_on(ser
         assert time.monotonic() < deadline, "the request went on after its client left"
         time.sleep(0.05)
     assert complete(live, False, max_tokens=16) == complete(servers.plain, False, max_tokens=16)
+    with live.served.runner.store.lease() as pool:
+        save_atomic(pool, str(tmp_path / "pool.npz"))
+    assert NgramPool.load(tmp_path / "pool.npz").history.shape == pool.history.shape
 
 
 def _cancelled(live) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import lookahead
 from lookahead import cli
@@ -72,3 +72,19 @@ def test_serve_refuses_a_pool_of_another_tokenizer(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("lookahead serve: error: ") and "made with another tokenizer" in err
     assert str(tmp_path / "foreign.npz") in err
+
+
+def test_serve_reads_an_index_of_its_tokenizer_and_refuses_another(tmp_path):
+    """``--index``: read with the served model's tokenizer before the model loads."""
+    need_server_packages()
+    from lookahead.default_model import default_model_path
+    from lookahead.serve.app import ServeOptions, load_state
+
+    model_dir = str(default_model_path())
+    ours = AutoTokenizer.from_pretrained(model_dir)
+    lookahead.SuffixIndex.from_texts([np.arange(3, 300)]).save(tmp_path / "ours.npz", tokenizer=ours)
+    lookahead.SuffixIndex.from_texts([np.arange(3, 30)]).save(tmp_path / "theirs.npz", tokenizer=tiny_tokenizer())
+    runner = load_state(ServeOptions(model_dir=model_dir, index_path=str(tmp_path / "ours.npz")))
+    assert len(runner.index) == 298 and runner.index.vocabulary == files.fingerprint(ours)
+    with pytest.raises(ValueError, match="made with another tokenizer"):
+        load_state(ServeOptions(model_dir=model_dir, index_path=str(tmp_path / "theirs.npz")))
