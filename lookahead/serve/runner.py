@@ -85,6 +85,8 @@ class Runner:
     def _decode(self, model, pool, stats: LookaheadStats, args, kwargs) -> tuple[object, str]:
         import lookahead
 
+        streamer = kwargs.get("streamer")
+        ending = EndsOnSuccess(streamer) if streamer is not None else None
         try:
             out = lookahead.generate(
                 model,
@@ -93,13 +95,15 @@ class Runner:
                 lookahead_stats=stats,
                 lookahead_pool=pool,
                 lookahead_index=self.index,
-                **kwargs,
+                **{**kwargs, **({"streamer": ending} if ending is not None else {})},
             )
-            return out, "ok"
         except Unsupported:
             if not self.fallback:
                 raise
-        return type(model).generate(model, *args, **kwargs), "fallback"
+            return type(model).generate(model, *args, **kwargs), "fallback"
+        if ending is not None:
+            ending.finish()
+        return out, "ok"
 
     def set_threads(self) -> None:
         """``--threads`` on the inference thread itself (OpenMP's count is per thread)."""
@@ -108,6 +112,28 @@ class Runner:
 
             if torch.get_num_threads() != self.threads:
                 torch.set_num_threads(self.threads)
+
+
+class EndsOnSuccess:
+    """A streamer whose ``end()`` reaches the server's streamer only once the decode returned.
+
+    ``lookahead.generate`` ends its streamer however the decode stops, errors included, and
+    transformers' server reads an ended stream as a finished answer: a request that failed
+    mid-stream would look whole. ``generate`` itself never ends a stream it did not finish, and
+    the server then streams the error; so does this."""
+
+    def __init__(self, streamer):
+        self.streamer, self.ended = streamer, False
+
+    def put(self, value) -> None:
+        self.streamer.put(value)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def finish(self) -> None:
+        if self.ended:
+            self.streamer.end()
 
 
 class LookaheadModel:

@@ -109,3 +109,11 @@ def test_eight_concurrent_clients_get_exact_answers(servers):
         t.join(120)
     assert not errors and len(got) == 40
     assert all(answer == want[prompt] for prompt, answer in got)
+
+
+def test_the_responses_endpoint_is_exact_too(servers):
+    def answer(live):  # transformers streams /v1/responses unless told not to
+        kwargs = dict(model=live.model, input="def mean(xs):\n", max_output_tokens=16, stream=False)
+        return live.client.responses.create(**kwargs).output_text
+
+    assert answer(servers.look) == answer(servers.plain) != ""

@@ -9,9 +9,13 @@ import time
 
 import pytest
 from test_serve_exact import complete
+from transformers import GenerationConfig
 
+from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
-from lookahead.serve.store import save_atomic
+from lookahead.serve.runner import BadRequest, Runner
+from lookahead.serve.stats import ServeStats
+from lookahead.serve.store import PoolStore, save_atomic
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 OK = {"prompt": "def add(a, b):\n", "max_tokens": 8}
@@ -96,3 +100,54 @@ def _cancelled(live) -> int:
         return json.loads(conn.getresponse().read())["outcomes"]["cancelled"]
     finally:
         conn.close()
+
+
+def loaded(live):
+    """The served model and tokenizer, as the server holds them."""
+    models = live.served.model_manager
+    return models.load_model_and_processor(models.process_model_name(live.model))
+
+
+class Streamer:
+    """A streamer as transformers' server drives one; ``fail_at``: its put raises there."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.puts, self.ends, self.fail_at = 0, 0, fail_at
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == self.fail_at:
+            raise RuntimeError("the client's queue broke")
+
+    def end(self) -> None:
+        self.ends += 1
+
+
+def runner(fallback: bool = False) -> Runner:
+    return Runner(LookaheadConfig(), PoolStore(None, None, None, 1), ServeStats(), fallback=fallback)
+
+
+def test_fallback_serves_beams_with_plain_generate(servers):
+    model, tokenizer = loaded(servers.look)
+    ids = tokenizer("def add(a, b):\n", return_tensors="pt").input_ids
+    beams = GenerationConfig(num_beams=2, max_new_tokens=6, do_sample=False)
+    with pytest.raises(BadRequest, match="num_beams"):
+        runner().check(model, {"input_ids": ids}, beams)
+    served = runner(fallback=True)
+    served.check(model, {"input_ids": ids}, beams)
+    out = served.generate(model, "r", input_ids=ids, generation_config=beams)
+    assert out.tolist() == model.generate(input_ids=ids, generation_config=beams).tolist()
+    assert served.stats.as_dict()["outcomes"]["fallback"] == 1
+
+
+def test_a_stream_that_fails_midway_is_not_ended_as_if_whole(servers):
+    """transformers' server reads an ended stream as a finished answer; a failed one must
+    reach it as the error instead, as plain generate leaves it."""
+    model, tokenizer = loaded(servers.look)
+    ids = tokenizer("import os\n", return_tensors="pt").input_ids
+    broken, whole, served = Streamer(fail_at=4), Streamer(), runner()
+    with pytest.raises(RuntimeError, match="queue broke"):
+        served.generate(model, "r1", input_ids=ids, max_new_tokens=16, streamer=broken)
+    served.generate(model, "r2", input_ids=ids, max_new_tokens=16, streamer=whole)
+    assert (broken.puts, broken.ends) == (4, 0) and (whole.puts, whole.ends) == (17, 1)  # the prompt, 16 tokens
+    assert served.stats.as_dict()["outcomes"] == {"ok": 1, "cancelled": 0, "failed": 1, "fallback": 0}
