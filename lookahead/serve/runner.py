@@ -100,7 +100,7 @@ class Runner:
         except Unsupported:
             if not self.fallback:
                 raise
-            return type(model).generate(model, *args, **kwargs), "fallback"
+            return _plain(model, stats, args, kwargs), "fallback"
         if ending is not None:
             ending.finish()
         return out, "ok"
@@ -171,6 +171,17 @@ def check_request(model, inputs: dict, gen_config) -> None:
         copy.deepcopy(gen_config).validate()
     except ValueError as err:
         raise BadRequest(f"generation settings: {err}") from err
+
+
+def _plain(model, stats: LookaheadStats, args, kwargs):
+    """The model's own ``generate`` (``--fallback``), its new tokens counted in ``stats``."""
+    out = type(model).generate(model, *args, **kwargs)
+    sequences = getattr(out, "sequences", out)
+    prompt = kwargs.get("input_ids", args[0] if args else None)
+    if prompt is not None and hasattr(sequences, "shape"):
+        stats.new_tokens = int(sequences.shape[-1] - prompt.shape[-1]) * int(sequences.shape[0])
+    stats.fallback = True
+    return out
 
 
 def _outcome(err: BaseException) -> tuple[str, str | None]:

@@ -138,6 +138,7 @@ def test_fallback_serves_beams_with_plain_generate(servers):
     out = served.generate(model, "r", input_ids=ids, generation_config=beams)
     assert out.tolist() == model.generate(input_ids=ids, generation_config=beams).tolist()
     assert served.stats.as_dict()["outcomes"]["fallback"] == 1
+    assert served.stats.as_dict()["new_tokens"] == out.shape[-1] - ids.shape[-1] == 6
 
 
 def test_a_stream_that_fails_midway_is_not_ended_as_if_whole(servers):
