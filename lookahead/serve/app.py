@@ -155,14 +155,20 @@ def stats_document(models, runner: Runner) -> dict:
 def warm_up(models, model_dir: str, runner: Runner) -> None:
     """Decode a few greedy tokens with a throwaway pool before serving: the kernels compile and
     the cost curve is measured now, not in the first request (no seed is drawn from; the kept
-    pool and the stats are untouched)."""
+    pool and the stats are untouched). A model lookahead cannot decode is a ``ValueError`` (exit
+    status 2) unless ``fallback``, which then serves every request with plain ``generate``."""
     import lookahead
 
     model, processor = models.load_model_and_processor(models.process_model_name(model_dir))
     tokenizer = getattr(processor, "tokenizer", processor)
     ids = tokenizer("def main():\n", return_tensors="pt").input_ids.to(model.device)
     runner.set_threads()
-    lookahead.generate(model, ids, max_new_tokens=WARMUP_TOKENS, do_sample=False, lookahead_config=runner.config)
+    try:
+        lookahead.generate(model, ids, max_new_tokens=WARMUP_TOKENS, do_sample=False, lookahead_config=runner.config)
+    except lookahead.Unsupported as err:
+        if not runner.fallback:
+            raise ValueError(f"{model_dir}: {err}; --fallback serves it with plain generate") from err
+        logger.warning("lookahead serve: %s; every request runs plain generate (--fallback)", err)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -4,8 +4,11 @@ default, ``--continuous-batching`` refused with the reason."""
 from __future__ import annotations
 
 import pytest
+from test_serve_exact import complete
 
 from lookahead import cli
+
+from serving import live, need_server_packages
 
 
 @pytest.mark.parametrize(
@@ -41,3 +44,35 @@ def test_it_listens_on_loopback_unless_told(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "example" in out and "lookahead serve" in out and "2 usage error" in out and "127.0.0.1" in out
+
+
+def mpt_folder(path):
+    """A tiny MPT (ALiBi: lookahead cannot decode it) with the tiny tokenizer, as a model folder."""
+    import torch
+    import transformers as tf
+
+    from tiny_models import tiny_tokenizer
+
+    torch.manual_seed(0)
+    config = tf.MptConfig(vocab_size=48, d_model=32, n_layers=2, n_heads=4, architectures=["MptForCausalLM"])
+    tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def test_a_model_lookahead_cannot_decode_is_refused_at_start_or_served_plain(tmp_path, capsys):
+    need_server_packages()
+    from lookahead.serve.app import ServeOptions, build_app
+
+    folder = mpt_folder(tmp_path)
+    capsys.readouterr()
+    assert cli.main(["serve", "--model", folder, "--port", "0"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after transformers' loading lines
+    assert last.startswith("lookahead serve: error: ") and "does not honour a custom 4D attention mask" in last
+    assert last.endswith("--fallback serves it with plain generate")
+    options = ServeOptions(model_dir=folder, fallback=True)
+    look, plain = build_app(options), build_app(options, lookahead=False)
+    with live(look, folder) as a, live(plain, folder) as b:
+        assert complete(a, False, prompt="abcab", max_tokens=6) == complete(b, False, prompt="abcab", max_tokens=6)
+    assert look.runner.stats.as_dict()["outcomes"]["fallback"] == 1
