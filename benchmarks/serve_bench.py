@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -141,7 +142,7 @@ def start(name: str, args) -> tuple[subprocess.Popen, str]:
     log = open(Path(args.logs) / f"{name}.log", "ab")  # noqa: SIM115 - the server writes it until it stops
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, cwd=ROOT)
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    while (left := deadline - time.monotonic()) > 0 and select.select([proc.stdout], [], [], left)[0]:
         line = proc.stdout.readline().decode()
         if not line:
             break

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def test_kill_9_during_saves_leaves_a_pool_that_loads(tmp_path):
     for _round in range(3):
         child = subprocess.Popen([sys.executable, "-c", SAVER, str(path)], stdout=subprocess.PIPE, env=env())
         try:
+            assert select.select([child.stdout], [], [], START_TIMEOUT_S)[0], "the saver did not start"
             assert child.stdout.readline().strip() == b"saved"
             time.sleep(random.uniform(0.05, 0.4))
         finally:
@@ -134,8 +136,12 @@ def test_sigterm_saves_the_pool_and_a_reload_is_still_exact(tmp_path, servers):
 
 
 def _wait_for_url(child) -> str:
+    """The URL ``lookahead serve`` prints once it listens; bounded in time (a child that hangs
+    silent fails the test, it does not hang it)."""
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([child.stdout], [], [], left)[0]:
+            break
         line = child.stdout.readline().decode()
         if not line:
             break
