@@ -47,9 +47,10 @@ START_TIMEOUT_S = 300
 
 
 def humaneval(limit: int) -> list[dict]:
-    from lookahead.bench.prompts import _humaneval_rows
+    """The first ``limit`` HumanEval tasks: ``{"prompt", "entry_point"}`` each."""
+    from lookahead.bench.prompts import humaneval_prompts
 
-    return _humaneval_rows(limit)
+    return [{"prompt": p.text, "entry_point": p.meta["entry_point"]} for p in humaneval_prompts(limit)]
 
 
 def session_turns(args) -> list[list[tuple[str, str]]]:
