@@ -17,6 +17,7 @@ from lookahead.arguments import (
     check_generator_device,
     check_inputs,
     check_streamer,
+    check_tokenizer,
     stop_strings_to_criteria,
 )
 from lookahead.config import LookaheadConfig
@@ -78,6 +79,8 @@ def generate(
         lookahead_index: a ``SuffixIndex`` over a corpus (``lookahead index build``, then
             ``SuffixIndex.load(path)``) that the copy guess also drafts from: the code base a
             code assistant works in, say. It is only read, so processes may share one.
+            With ``tokenizer=``, a pool or index made with another tokenizer (its fingerprint,
+            ``.vocabulary``, differs) is a ``ValueError``.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             which ``generate`` uses: under ``torch.manual_seed(s)`` the tokens are seeded
             ``model.generate``'s, batches included).
@@ -104,6 +107,7 @@ def generate(
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     check_inputs(inputs, kwargs)
+    check_tokenizer(kwargs.get("tokenizer"), lookahead_pool, lookahead_index)
     stop_strings_to_criteria(kwargs)
     return model.generate(
         inputs,

@@ -8,6 +8,7 @@ import copy
 import torch
 from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 
+from lookahead import files
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.suffix import SuffixIndex
@@ -92,6 +93,26 @@ def check_index(index, model) -> None:
             f"lookahead_index holds token id {index.largest_id}, but the model has {vocab} ids: "
             "an index built with another tokenizer"
         )
+
+
+def check_tokenizer(tokenizer, pool, index) -> None:
+    """With ``tokenizer`` (``generate``'s ``tokenizer=``), a pool or index made with another
+    tokenizer is a ``ValueError``: its ids would be another vocabulary's, and a vocabulary of the
+    same size passes every bounds check. One whose tokenizer is unknown (made in memory, or
+    saved without one) is marked with this one, so that a later call with another is refused."""
+    if tokenizer is None:
+        return
+    for name, held in (("lookahead_pool", pool), ("lookahead_index", index)):
+        if not isinstance(held, (NgramPool, SuffixIndex)):
+            continue  # None, or a wrong type that check_decoding names
+        mine = files.fingerprint_of(tokenizer)
+        if not held.vocabulary:
+            held.vocabulary = mine
+        elif held.vocabulary != mine:
+            raise ValueError(
+                f"{name} was made with another tokenizer (vocabulary {held.vocabulary}; tokenizer= has {mine}): "
+                "its drafts would be another vocabulary's ids. Use one made with this tokenizer"
+            )
 
 
 def check_decoding(model, input_ids, attention_mask, config: LookaheadConfig, pool, index) -> None:

@@ -23,6 +23,8 @@ GENERATE_PY = '''\
 returns what model.generate returns, the same tokens as greedy decoding (exact in fp32), in
 fewer forward passes. Extra keywords: lookahead_config=lookahead.LookaheadConfig(...),
 lookahead_stats=lookahead.LookaheadStats(), lookahead_pool=, generator=.
+Without lookahead_pool=, one pool is kept on the model object across calls (under
+`transformers serve MODEL --trust-remote-code`: across requests); it never changes an output.
 This file only forwards to the installed package {package} (pip install {package}).
 """
 
@@ -44,7 +46,9 @@ def generate(*args, model, **kwargs):
         # Re-entered through that bound model.generate: lookahead.generate calls model.generate
         # with its own decoding loop, which transformers' generate runs.
         return type(model).generate(model, *args, **kwargs)
-    return lookahead.generate(model, *args, **kwargs)
+    from lookahead.serve import kept  # a pool kept on the model across calls
+
+    return kept.generate(model, *args, **kwargs)
 '''
 
 README_MD = """\

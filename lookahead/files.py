@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 import zipfile
 import zlib
 
@@ -27,9 +28,34 @@ def fingerprint(tokenizer) -> str:
     return f"{len(vocab)}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
-def marks(kind: str, tokenizer=None) -> dict[str, np.ndarray]:
-    """The arrays that mark a saved file: its kind and, where known, its tokenizer's fingerprint."""
-    return {"kind": np.array(kind), "vocabulary": np.array(fingerprint(tokenizer) if tokenizer is not None else "")}
+_KNOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> (vocabulary size, fingerprint)
+
+
+def fingerprint_of(tokenizer) -> str:
+    """:func:`fingerprint` of ``tokenizer`` (or of a processor's ``.tokenizer``), remembered per
+    tokenizer object and vocabulary size: hashing a large vocabulary takes milliseconds, and
+    ``lookahead.generate(..., tokenizer=)`` asks on every call."""
+    tokenizer = tokenizer if hasattr(tokenizer, "get_vocab") else getattr(tokenizer, "tokenizer", tokenizer)
+    size = len(tokenizer)
+    try:
+        known = _KNOWN.get(tokenizer)
+    except TypeError:  # an object that cannot be weakly referenced: hashed every time
+        return fingerprint(tokenizer)
+    if known is None or known[0] != size:
+        known = (size, fingerprint(tokenizer))
+        _KNOWN[tokenizer] = known
+    return known[1]
+
+
+def marks(kind: str, tokenizer=None, known: str = "") -> dict[str, np.ndarray]:
+    """The arrays that mark a saved file: its kind and its tokenizer's fingerprint (``tokenizer``'s,
+    else ``known``, the one the object was loaded or used with; empty when neither is known)."""
+    return {"kind": np.array(kind), "vocabulary": np.array(fingerprint(tokenizer) if tokenizer is not None else known)}
+
+
+def stored_fingerprint(arrays: dict) -> str:
+    """The tokenizer fingerprint a file read by :func:`read` was marked with ("" when unmarked)."""
+    return str(arrays["vocabulary"][()]) if "vocabulary" in arrays else ""
 
 
 def read(path, kind: str, names: tuple[str, ...], tokenizer=None) -> dict[str, np.ndarray]:
@@ -71,7 +97,7 @@ def _kind_of(arrays: dict) -> str:
 
 
 def _check_vocabulary(arrays: dict, path, kind: str, tokenizer) -> None:
-    stored = str(arrays["vocabulary"][()]) if "vocabulary" in arrays else ""
+    stored = stored_fingerprint(arrays)
     if tokenizer is None or not stored:
         return
     mine = fingerprint(tokenizer)

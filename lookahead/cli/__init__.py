@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-DECODING = ("generate", "check", "bench", "sweep")  # the commands that run lookahead.generate
+DECODING = ("generate", "check", "serve", "bench", "sweep")  # the commands that run lookahead.generate
 
 
 def main(argv: list[str] | None = None) -> int:

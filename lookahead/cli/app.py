@@ -1,6 +1,6 @@
 """The ``lookahead`` command: ``generate``, ``check``, ``export-custom-generate`` (try it on your
-model, check it, ship it), ``index`` (a corpus for its copy guess) and ``bench``, ``sweep``
-(measure it).
+model, check it, ship it), ``serve`` (behind transformers' OpenAI-compatible server), ``index``
+(a corpus for its copy guess) and ``bench``, ``sweep`` (measure it).
 
 One module per command, each with ``register(subparsers)`` and the function it runs; the options
 they share, their validation, the model loader and the exit codes live in ``options``.
@@ -15,16 +15,17 @@ import time
 
 from lookahead import distributed
 from lookahead.bench.methods import MethodUnavailable
-from lookahead.cli import bench, check, export, generate, index, sweep
+from lookahead.cli import bench, check, export, generate, index, serve, sweep
 from lookahead.cli.options import EXIT_CODES, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, UsageError, parse_set
 
 __all__ = ["EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main", "parse_set"]
-COMMANDS = (generate, check, export, index, bench, sweep)  # in the order --help lists them
+COMMANDS = (generate, check, export, serve, index, bench, sweep)  # in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookahead", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
-    sub = parser.add_subparsers(dest="command", metavar="{generate,check,export-custom-generate,index,bench,sweep}")
+    names = "{generate,check,export-custom-generate,serve,index,bench,sweep}"
+    sub = parser.add_subparsers(dest="command", metavar=names)
     for command in COMMANDS:
         command.register(sub)
     return parser

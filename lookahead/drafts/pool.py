@@ -62,6 +62,9 @@ class NgramPool:
         # draft budget learnt, by rule and bins (``drafts.budget.DraftBudget.carry``)
         self.successors = None
         self.budgets: dict = {}
+        # the fingerprint of the tokenizer its ids come from ("" while unknown): read from a
+        # loaded file, else taken from the first lookahead.generate(..., tokenizer=) that uses it
+        self.vocabulary = ""
 
     @property
     def history(self) -> np.ndarray:
@@ -176,7 +179,7 @@ class NgramPool:
             shape=np.array([self.ngram, self.guesses, self.context_tokens]),
             history=self._history,
             history_capacity=np.array(self.history_capacity),
-            **files.marks("pool", tokenizer),
+            **files.marks("pool", tokenizer, self.vocabulary),
         )
 
     @classmethod
@@ -208,6 +211,7 @@ class NgramPool:
             history = np.asarray(data["history"], dtype=np.int64)
             pool._history = history[max(history.shape[0] - pool.history_capacity, 0) :]
         pool._check_values(path)
+        pool.vocabulary = files.stored_fingerprint(data)
         return pool
 
     def _check_values(self, path) -> None:

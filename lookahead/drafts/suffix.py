@@ -63,6 +63,7 @@ class SuffixIndex:
     def __init__(self, text: np.ndarray, sa: np.ndarray | None = None):
         self.text = np.ascontiguousarray(text, dtype=np.int32)
         self.sa = np.ascontiguousarray(sa if sa is not None else suffix_array(self.text), dtype=np.int32)
+        self.vocabulary = ""  # the fingerprint of its tokenizer, as NgramPool.vocabulary
 
     @classmethod
     def from_texts(cls, texts: Iterable[np.ndarray]) -> SuffixIndex:
@@ -92,7 +93,8 @@ class SuffixIndex:
     def save(self, path, tokenizer=None) -> None:
         """Write ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle), marked with
         ``tokenizer``'s fingerprint where given (``lookahead index build`` gives it)."""
-        np.savez(path, text=self.text, sa=self.sa, format=np.array([1]), **files.marks("suffix index", tokenizer))
+        marks = files.marks("suffix index", tokenizer, self.vocabulary)
+        np.savez(path, text=self.text, sa=self.sa, format=np.array([1]), **marks)
 
     @classmethod
     def load(cls, path, vocab_size: int | None = None, tokenizer=None) -> SuffixIndex:
@@ -111,7 +113,9 @@ class SuffixIndex:
             raise ValueError(f"{path}: array 'sa' holds positions outside [0, {text.shape[0] - 1}]")
         if text.size and np.bincount(sa, minlength=text.shape[0]).max() != 1:
             raise ValueError(f"{path}: array 'sa' is not a permutation of the text's positions")
-        return cls(text, sa)
+        index = cls(text, sa)
+        index.vocabulary = files.stored_fingerprint(data)
+        return index
 
 
 def check_text(text: np.ndarray, vocab_size: int | None, what: str) -> None:

@@ -1,0 +1,153 @@
+"""``lookahead serve``: transformers' OpenAI-compatible server with lookahead as the model's generate
+and one pool kept across requests (``lookahead.serve``; docs/serve.md)."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import sys
+import textwrap
+
+from lookahead.cli.options import EXIT_CODES, EXIT_OK, UsageError, config_from_args, prepare_torch, shape_options
+
+EPILOG = f"""\
+example:
+  lookahead serve                                   # the embedded model on http://127.0.0.1:8000
+  lookahead serve --model ./my-model --pool pool.npz
+  curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
+       -d '{{"prompt": "def fib(n):", "max_tokens": 64}}'
+  curl http://127.0.0.1:8000/lookahead/stats
+
+{EXIT_CODES}"""
+REFUSED_CB = (
+    "--continuous-batching is refused: transformers' continuous batching runs its own paged-attention "
+    "loop and never calls generate, so lookahead could not decode and no pool would be kept. Serve "
+    "without it: requests run one at a time, as plain `transformers serve` runs them without the flag"
+)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="an OpenAI-compatible server (transformers serve) decoding with lookahead",
+        description=textwrap.fill(
+            "Serve --model (default: the embedded model) with transformers' own server (/v1/chat/completions, "
+            "/v1/completions, /v1/responses, /v1/models, /health), lookahead as its generate, one n-gram pool "
+            "kept across requests, and GET /lookahead/stats. Every answer is plain transformers serve's, "
+            "token for token (fp32). Needs pip install 'lookahead-decoding[serve]'.",
+            88,
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default=None, metavar="DIR", help="local model folder, safetensors (default: embedded)")
+    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | auto (default: %(default)s)")
+    g.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--trust-remote-code", action="store_true", help="run the model folder's own code")
+    s = p.add_argument_group("server")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0: a free one)")
+    s.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="uvicorn's")
+    s.add_argument("--no-warmup", action="store_true", help="skip the start-up decode (the first request pays it)")
+    s.add_argument("--continuous-batching", action="store_true", help=argparse.SUPPRESS)  # refused, clearly
+    k = p.add_argument_group("kept state")
+    k.add_argument("--pool", default=None, metavar="PATH", help="load the kept pool from PATH, save it there")
+    k.add_argument("--save-every", type=int, default=16, metavar="N", help="save --pool every N requests (default: 16)")
+    k.add_argument("--no-keep-pool", action="store_true", help="a fresh pool per request (no state across requests)")
+    k.add_argument("--index", default=None, metavar="PATH", help="a corpus index (lookahead index build) to copy from")
+    k.add_argument("--fallback", action="store_true", help="serve what lookahead refuses (beams) with plain generate")
+    shape_options(p)
+    p.set_defaults(func=run, validate=validate)
+
+
+def validate(args) -> None:
+    """Every value checked before anything loads; ``UsageError`` (exit status 2) otherwise."""
+    if args.continuous_batching:
+        raise UsageError(REFUSED_CB)
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be in [0, 65535], got {args.port}")
+    for flag, value in (("--threads", args.threads), ("--save-every", args.save_every)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.pool is not None and args.no_keep_pool:
+        raise UsageError("--pool PATH keeps a pool across requests; --no-keep-pool keeps none: pass one of them")
+    if args.model is not None:
+        check_model_dir(args.model)
+
+
+def check_model_dir(path: str) -> None:
+    """A local folder holding safetensors weights: the server never unpickles a checkpoint and
+    never fetches one from a hub."""
+    folder = os.path.expanduser(path)
+    if not os.path.isdir(folder):
+        raise UsageError(f"--model {path!r}: no such folder (lookahead serve takes a local model folder)")
+    if not glob.glob(os.path.join(folder, "*.safetensors")):
+        raise UsageError(f"--model {path!r}: no *.safetensors weights in it (lookahead serve loads safetensors only)")
+
+
+def run(args) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        needs = "pip install 'lookahead-decoding[serve]'"
+        raise UsageError(f"lookahead serve needs the server's packages ({err}): {needs}") from err
+    from lookahead.checking import loading
+    from lookahead.default_model import default_model_path
+    from lookahead.serve import app
+
+    prepare_torch(args.threads)
+    _log_to_stderr()
+    dtype = loading.resolve_dtype(args.dtype)
+    options = app.ServeOptions(
+        model_dir=os.path.expanduser(args.model) if args.model else str(default_model_path()),
+        dtype=str(dtype).removeprefix("torch.") if dtype is not None else "auto",
+        device=loading.resolve_device(args.device),
+        trust_remote_code=args.trust_remote_code,
+        config=config_from_args(args),
+        keep_pool=not args.no_keep_pool,
+        pool_path=args.pool,
+        save_every=args.save_every,
+        index_path=args.index,
+        fallback=args.fallback,
+        threads=args.threads,
+        warmup=not args.no_warmup,
+    )
+    runner = app.load_state(options)  # a bad --pool or --index: exit 2 before the model loads
+    sock = app.bind(args.host, args.port)  # a port in use: exit 2 before the model loads
+    served = app.build_app(options, runner=runner)
+    host, port = sock.getsockname()[:2]
+    print(f"lookahead serve: {options.model_dir} on http://{_url_host(host)}:{port}/v1 ({_pool_words(options)})")
+    if args.host not in LOOPBACK:
+        print(f"lookahead serve: listening on {args.host}: reachable from other machines", file=sys.stderr)
+    sys.stdout.flush()
+    app.run(served, sock, log_level=args.log_level)
+    return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _pool_words(options) -> str:
+    if not options.keep_pool:
+        return "a fresh pool per request"
+    if not options.pool_path:
+        return "pool kept in memory"
+    return f"pool kept, saved to {options.pool_path} every {options.save_every} requests"
+
+
+def _log_to_stderr() -> None:
+    """One line per request on stderr (``lookahead.serve``'s logger)."""
+    log = logging.getLogger("lookahead.serve")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s lookahead: %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False

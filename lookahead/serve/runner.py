@@ -1,0 +1,193 @@
+"""One request's decoding: ``lookahead.generate`` with the kept pool, its checks and its log line.
+
+transformers' ``GenerateManager`` calls ``model.generate(**inputs, streamer=..., generation_config=...,
+tokenizer=...)`` on its inference thread. It is handed a :class:`LookaheadModel` instead of the
+model: a view whose ``generate`` is :meth:`Runner.generate` and whose every other attribute is the
+model's, so neither the model object nor any transformers global is changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+
+from lookahead import support
+from lookahead.config import LookaheadConfig
+from lookahead.drafts.suffix import SuffixIndex
+from lookahead.serve.stats import RequestRecord, ServeStats
+from lookahead.serve.store import PoolStore
+from lookahead.stats import LookaheadStats
+from lookahead.support import Unsupported
+
+logger = logging.getLogger("lookahead.serve")
+
+
+class BadRequest(ValueError):
+    """A request the server refuses before decoding (the app answers 400 with the message)."""
+
+
+class Runner:
+    """What one server decodes with: the config, the kept pool's store, an optional corpus index,
+    the cumulative stats and whether a request lookahead cannot serve runs plain ``generate``
+    (``fallback``) or is refused (a 400 naming what is not supported)."""
+
+    def __init__(
+        self,
+        config: LookaheadConfig,
+        store: PoolStore,
+        stats: ServeStats,
+        index: SuffixIndex | None = None,
+        fallback: bool = False,
+        threads: int | None = None,
+    ):
+        self.config, self.store, self.stats, self.index = config, store, stats, index
+        self.fallback, self.threads = fallback, threads
+
+    def view(self, model, request_id: str) -> LookaheadModel:
+        return LookaheadModel(model, self, request_id)
+
+    def check(self, model, inputs: dict, gen_config) -> None:
+        """:func:`check_request`, and unless ``fallback``, what lookahead does not decode (beams,
+        several sequences, guidance): ``BadRequest`` naming it."""
+        check_request(model, inputs, gen_config)
+        if self.fallback:
+            return
+        settled = copy.copy(gen_config)  # unset (None) counts are generate's default, 1
+        settled.num_beams = settled.num_beams or 1
+        settled.num_return_sequences = settled.num_return_sequences or 1
+        try:
+            support.check_request(settled)
+        except Unsupported as err:
+            raise BadRequest(f"{err} (lookahead serve --fallback runs such requests with plain generate)") from err
+
+    def generate(self, model, request_id: str, *args, **kwargs):
+        """``lookahead.generate(model, *args, **kwargs)`` with the kept pool, on the calling
+        (inference) thread; logs one line and adds to the stats however it ends. A cancelled
+        request (the client went away) keeps what its committed tokens filed in the pool."""
+        self.set_threads()
+        stats = LookaheadStats()
+        started = time.perf_counter()
+        outcome, error = "ok", None
+        try:
+            with self.store.lease() as pool:
+                out, outcome = self._decode(model, pool, stats, args, kwargs)
+            return out
+        except BaseException as err:
+            outcome, error = _outcome(err)
+            raise
+        finally:
+            record = RequestRecord(request_id, outcome, stats, (time.perf_counter() - started) * 1000, error)
+            self.stats.add(record)
+            logger.info(record.log_line())
+            self.store.finished()
+
+    def _decode(self, model, pool, stats: LookaheadStats, args, kwargs) -> tuple[object, str]:
+        import lookahead
+
+        streamer = kwargs.get("streamer")
+        ending = EndsOnSuccess(streamer) if streamer is not None else None
+        try:
+            out = lookahead.generate(
+                model,
+                *args,
+                lookahead_config=self.config,
+                lookahead_stats=stats,
+                lookahead_pool=pool,
+                lookahead_index=self.index,
+                **{**kwargs, **({"streamer": ending} if ending is not None else {})},
+            )
+        except Unsupported:
+            if not self.fallback:
+                raise
+            return _plain(model, stats, args, kwargs), "fallback"
+        if ending is not None:
+            ending.finish()
+        return out, "ok"
+
+    def set_threads(self) -> None:
+        """``--threads`` on the inference thread itself (OpenMP's count is per thread)."""
+        if self.threads:
+            import torch
+
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
+
+
+class EndsOnSuccess:
+    """A streamer whose ``end()`` reaches the server's streamer only once the decode returned.
+
+    ``lookahead.generate`` ends its streamer however the decode stops, errors included, and
+    transformers' server reads an ended stream as a finished answer: a request that failed
+    mid-stream would look whole. ``generate`` itself never ends a stream it did not finish, and
+    the server then streams the error; so does this."""
+
+    def __init__(self, streamer):
+        self.streamer, self.ended = streamer, False
+
+    def put(self, value) -> None:
+        self.streamer.put(value)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def finish(self) -> None:
+        if self.ended:
+            self.streamer.end()
+
+
+class LookaheadModel:
+    """``model`` as transformers' ``GenerateManager`` sees it: ``generate`` decodes with lookahead
+    (:meth:`Runner.generate`), every other attribute is the model's own."""
+
+    def __init__(self, model, runner: Runner, request_id: str):
+        self._model, self._runner, self._request_id = model, runner, request_id
+
+    def generate(self, *args, **kwargs):
+        return self._runner.generate(self._model, self._request_id, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+def check_request(model, inputs: dict, gen_config) -> None:
+    """``BadRequest`` for a request no decoding can serve, before it reaches the inference thread
+    (so that a streamed request gets a 400 too, not an error inside a 200 stream): a prompt that
+    fills the model's context, and generation settings out of range."""
+    ids = inputs.get("input_ids")
+    length = int(ids.shape[-1]) if hasattr(ids, "shape") else len(ids or ())
+    context = getattr(model.config, "max_position_embeddings", None)
+    if context and length >= int(context):
+        raise BadRequest(f"the prompt is {length} tokens; this model's context holds {context}: shorten it")
+    new = gen_config.max_new_tokens
+    if new is not None and (isinstance(new, bool) or not isinstance(new, int) or new < 1):
+        raise BadRequest(f"max_tokens must be an int >= 1, got {new!r}")
+    temperature, top_p = gen_config.temperature, gen_config.top_p
+    if temperature is not None and not temperature >= 0:  # `not >=`: NaN is out of range too
+        raise BadRequest(f"temperature must be >= 0, got {temperature!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise BadRequest(f"top_p must be in (0, 1], got {top_p!r}")
+    try:
+        copy.deepcopy(gen_config).validate()
+    except ValueError as err:
+        raise BadRequest(f"generation settings: {err}") from err
+
+
+def _plain(model, stats: LookaheadStats, args, kwargs):
+    """The model's own ``generate`` (``--fallback``), its new tokens counted in ``stats``."""
+    out = type(model).generate(model, *args, **kwargs)
+    sequences = getattr(out, "sequences", out)
+    prompt = kwargs.get("input_ids", args[0] if args else None)
+    if prompt is not None and hasattr(sequences, "shape"):
+        stats.new_tokens = int(sequences.shape[-1] - prompt.shape[-1]) * int(sequences.shape[0])
+    stats.fallback = True
+    return out
+
+
+def _outcome(err: BaseException) -> tuple[str, str | None]:
+    """How a request that raised ended: ``cancelled`` when the server's streamer stopped it (the
+    client went away), else ``failed`` with the error's first line."""
+    if type(err).__name__ == "_GenerationCancelled":  # transformers' private signal, by name only
+        return "cancelled", None
+    text = str(err).strip().splitlines()
+    return "failed", f"{type(err).__name__}: {text[0] if text else ''}"

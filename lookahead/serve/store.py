@@ -1,0 +1,163 @@
+"""The pool a server keeps across requests: loaded at start, saved atomically, bounded in memory.
+
+A kept pool is the user's data. It is written to a temporary file beside the target, flushed to
+disk, then renamed over the target (``os.replace`` is atomic on POSIX), so that a crash or a
+``kill -9`` at any moment leaves at ``path`` either the previous file or the new one, each whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+
+from lookahead.config import LookaheadConfig
+from lookahead.drafts.pool import NgramPool
+
+HISTORY_TOKENS = 1 << 16  # NgramPool's default history: the finished texts kept for copy drafts
+SAVE_LOCK_TIMEOUT_S = 60.0  # how long a final save waits for a request still decoding
+
+
+def save_atomic(pool: NgramPool, path: str, tokenizer=None) -> None:
+    """Write ``pool`` to ``path`` so that ``path`` always holds a whole pool file: into a
+    temporary file in the same folder (a rename across file systems is not atomic), flushed
+    and synced, then renamed over ``path``; the folder is synced so the rename survives a power
+    loss. On any error the temporary file is removed and ``path`` is left as it was."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".pool-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pool.save(fh, tokenizer)  # a file object: numpy adds no ".npz" to the name
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _sync_folder(folder)
+
+
+def _sync_folder(folder: str) -> None:
+    with contextlib.suppress(OSError):  # not every file system lets a folder be opened and synced
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def load_pool(path: str, config: LookaheadConfig, tokenizer) -> NgramPool:
+    """The pool at ``path``, checked against ``tokenizer`` and ``config``'s n-gram shape; a fresh
+    pool where no file is there yet. ``ValueError`` (naming the path, what the file is and what
+    was expected) for anything else: the server says so and exits with status 2."""
+    if not os.path.exists(path):
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"--pool {path!r}: its folder does not exist")
+        return new_pool(config)
+    pool = NgramPool.load(path, tokenizer=tokenizer)
+    if (pool.ngram, pool.guesses) != (config.ngram, config.guesses):
+        raise ValueError(
+            f"--pool {path!r} holds n-grams of ngram={pool.ngram}, guesses={pool.guesses}, but this server "
+            f"decodes with ngram={config.ngram}, guesses={config.guesses}: pass those (--ngram, --guesses) "
+            "or start a new pool file"
+        )
+    return pool
+
+
+def new_pool(config: LookaheadConfig) -> NgramPool:
+    """An empty pool of ``config``'s shape and capacity, as ``lookahead.generate`` makes per call."""
+    return NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens, HISTORY_TOKENS)
+
+
+def memory_bound(pool: NgramPool, vocab_size: int, successors: int) -> int:
+    """Bytes a kept pool can reach, whatever the requests: the n-gram table (``capacity`` keys of
+    ``guesses`` continuations of ``ngram - 1`` int32 tokens, plus an int64 key, an int64 stamp
+    and an int32 count each), the history (``history_capacity`` int64 tokens) and its two suffix
+    indexes (an int32 text and an int32 suffix array each; the recent one at most an eighth of
+    the bulk or 4096 tokens, counted here as a second bulk), and the recycled successors
+    (``vocab_size x successors`` int32 tokens and float32 scores). The draft budget's learnt
+    chances are a few small arrays per decoding mode."""
+    table = pool.capacity * (pool.guesses * (pool.ngram - 1) * 4 + 8 + 8 + 4)
+    history = pool.history_capacity * 8
+    indexes = 2 * pool.history_capacity * (4 + 4)
+    recycled = vocab_size * successors * (4 + 4)
+    return table + history + indexes + recycled
+
+
+class PoolStore:
+    """The server's kept pool (or none: ``keep=False`` gives each request a fresh one).
+
+    ``lease()`` hands the pool to one request at a time under a lock; ``finished()`` counts
+    requests and saves every ``save_every`` of them; ``close()`` makes the final save. Saves
+    happen under the same lock, so a file is never written while a request fills the pool.
+    """
+
+    def __init__(self, pool: NgramPool | None, path: str | None, tokenizer, save_every: int):
+        self.pool, self.path, self.tokenizer, self.save_every = pool, path, tokenizer, save_every
+        self.saves = 0
+        self.last_save: float | None = None
+        self.save_error: str | None = None
+        self._since_save = 0
+        self._lock = threading.Lock()
+
+    @property
+    def kept(self) -> bool:
+        return self.pool is not None
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[NgramPool | None]:
+        """The kept pool for one request (None when pools are not kept), held under the lock."""
+        with self._lock:
+            yield self.pool
+
+    def finished(self) -> None:
+        """One more request done (the caller holds no lease): saves every ``save_every``."""
+        if self.pool is None or self.path is None:
+            return
+        with self._lock:
+            self._since_save += 1
+            if self._since_save >= self.save_every:
+                self._save_locked()
+
+    def close(self, timeout: float = SAVE_LOCK_TIMEOUT_S) -> bool:
+        """The final save (at shutdown, SIGTERM/SIGINT included), once no request holds the pool;
+        False when a request still held it after ``timeout`` seconds (the last saved file stays)."""
+        if self.pool is None or self.path is None:
+            return True
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        try:
+            if self._since_save or not os.path.exists(self.path):
+                self._save_locked()
+            return self.save_error is None
+        finally:
+            self._lock.release()
+
+    def _save_locked(self) -> None:
+        try:
+            save_atomic(self.pool, self.path, self.tokenizer)
+        except OSError as err:  # a full disk must not take the server down: said in the stats
+            self.save_error = f"{self.path}: {err.strerror or err}"
+            return
+        self.saves, self.last_save, self._since_save, self.save_error = self.saves + 1, time.time(), 0, None
+
+    def describe(self, vocab_size: int, successors: int) -> dict:
+        """What ``GET /lookahead/stats`` says of the pool (read without the lock: counts only)."""
+        if self.pool is None:
+            return {"kept": False}
+        return {
+            "kept": True,
+            "path": self.path,
+            "keys": len(self.pool),
+            "capacity": self.pool.capacity,
+            "history_tokens": int(self.pool.history.shape[0]),
+            "history_capacity": self.pool.history_capacity,
+            "memory_bound_bytes": memory_bound(self.pool, vocab_size, successors),
+            "saves": self.saves,
+            "last_save": self.last_save,
+            "save_error": self.save_error,
+        }

@@ -1,0 +1,78 @@
+"""``lookahead serve``'s options: refused before anything loads (exit 2, one line), loopback by
+default, ``--continuous-batching`` refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+from test_serve_exact import complete
+
+from lookahead import cli
+
+from serving import live, need_server_packages
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--continuous-batching"], "never calls generate"),
+        (["--pool", "p.npz", "--no-keep-pool"], "pass one of them"),
+        (["--model", "/no/such/model"], "no such folder"),
+        (["--port", "70000"], "--port must be in [0, 65535]"),
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--save-every", "0"], "--save-every must be >= 1"),
+        (["--set", "nope=1"], "unknown LookaheadConfig field(s) nope"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(argv, message, capsys):
+    assert cli.main(["serve", *argv]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("lookahead serve: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_model_folder_without_safetensors_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"a pickle")
+    assert cli.main(["serve", "--model", str(tmp_path)]) == cli.EXIT_USAGE
+    assert "loads safetensors only" in capsys.readouterr().err
+
+
+def test_it_listens_on_loopback_unless_told(capsys):
+    args = cli.build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.no_keep_pool, args.trust_remote_code) == ("127.0.0.1", 8000, False, False)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "example" in out and "lookahead serve" in out and "2 usage error" in out and "127.0.0.1" in out
+
+
+def mpt_folder(path):
+    """A tiny MPT (ALiBi: lookahead cannot decode it) with the tiny tokenizer, as a model folder."""
+    import torch
+    import transformers as tf
+
+    from tiny_models import tiny_tokenizer
+
+    torch.manual_seed(0)
+    config = tf.MptConfig(vocab_size=48, d_model=32, n_layers=2, n_heads=4, architectures=["MptForCausalLM"])
+    tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def test_a_model_lookahead_cannot_decode_is_refused_at_start_or_served_plain(tmp_path, capsys):
+    need_server_packages()
+    from lookahead.serve.app import ServeOptions, build_app
+
+    folder = mpt_folder(tmp_path)
+    capsys.readouterr()
+    assert cli.main(["serve", "--model", folder, "--port", "0"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after transformers' loading lines
+    assert last.startswith("lookahead serve: error: ") and "does not honour a custom 4D attention mask" in last
+    assert last.endswith("--fallback serves it with plain generate")
+    options = ServeOptions(model_dir=folder, fallback=True)
+    look, plain = build_app(options), build_app(options, lookahead=False)
+    with live(look, folder) as a, live(plain, folder) as b:
+        assert complete(a, False, prompt="abcab", max_tokens=6) == complete(b, False, prompt="abcab", max_tokens=6)
+    assert look.runner.stats.as_dict()["outcomes"]["fallback"] == 1
