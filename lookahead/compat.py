@@ -46,6 +46,16 @@ def cache_keyword(model):
         handle.remove()
 
 
+def accept_cache_keyword(model):
+    """Make ``model`` take ``cache=`` for good (:func:`cache_keyword`'s hook, never removed; once
+    per model): for code that calls a model directly, as tests of lookahead's internals do.
+    Returns the model."""
+    if not takes_cache_keyword(model) and not model.__dict__.get("_lookahead_cache_keyword"):
+        model.register_forward_pre_hook(_rename, with_kwargs=True)
+        model.__dict__["_lookahead_cache_keyword"] = True
+    return model
+
+
 def rename_cache_input(model_kwargs: dict) -> None:
     """``generate``'s prepared inputs carry the cache as ``past_key_values`` on 5.19 and as
     ``cache`` from 5.2x: name it ``cache``, as lookahead's decoding reads it."""
