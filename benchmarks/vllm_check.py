@@ -4,8 +4,9 @@ Runs the embedded model (``lookahead/models/pycoder-tiny``, loaded by path: no h
 engine once per method, each in a fresh process (one engine per process, as vLLM expects):
 plain, ``ngram``, ``suffix`` (when arctic-inference's suffix tree is importable) and
 ``lookahead.vllm.LookaheadProposer``. Each method decodes code and chat prompts greedily at
-batch 1 (one request at a time) and batch 8 (all at once). Every method's tokens must equal
-plain vLLM's; the script exits 1 where they do not.
+batch 1 (one request at a time) and batch 8 (all at once), then multi-turn chat sessions (each
+turn's prompt holds the conversation so far). Every method's tokens must equal plain vLLM's;
+the script exits 1 where they do not.
 
     NUMBA_NUM_THREADS=1 python benchmarks/vllm_check.py [--tokens 128] [--k 8] [--methods ...]
 
@@ -39,6 +40,7 @@ CHAT = [
     "User: Explain list comprehensions with an example.\nAssistant:",
 ]
 PROMPTS = CODE + CHAT  # 8: one batch of 8
+FOLLOW_UPS = ["\nUser: Now add type hints.\nAssistant:", "\nUser: And a docstring.\nAssistant:"]
 
 
 def spec_config(method: str, k: int):
@@ -90,11 +92,29 @@ def run_method(method: str, tokens: int, k: int) -> dict:
                 made += len(out.outputs[0].token_ids)
         seconds = time.perf_counter() - started
         result[name] = {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
+    result["sessions"] = run_sessions(llm, params)
     after = spec_counts(llm)
     drafted = after.get("draft", 0) - before.get("draft", 0)
     result["drafted"] = drafted
     result["acceptance"] = (after.get("accepted", 0) - before.get("accepted", 0)) / drafted if drafted else None
     return result
+
+
+def run_sessions(llm, params) -> dict:
+    """Multi-turn sessions, one request at a time: each chat prompt, then its follow-ups, each
+    turn's prompt holding the whole conversation so far (what a history across requests and a
+    state carried across turns serve)."""
+    ids, made, started = [], 0, time.perf_counter()
+    for opening in CHAT:
+        conversation = opening
+        for follow_up in ["", *FOLLOW_UPS]:
+            conversation += follow_up
+            out = llm.generate([conversation], params, use_tqdm=False)[0].outputs[0]
+            ids.append(list(out.token_ids))
+            made += len(out.token_ids)
+            conversation += out.text
+    seconds = time.perf_counter() - started
+    return {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
 
 
 def suffix_available(python: str) -> bool:
@@ -135,15 +155,15 @@ def report(results: dict) -> int:
     """Print tok/s and acceptance per method; 1 where any method's tokens differ from plain's."""
     plain = results["plain"]
     ok = True
-    print(f"{'method':<10} {'batch1 tok/s':>13} {'batch8 tok/s':>13} {'acceptance':>11}  tokens equal plain's")
+    runs = ("batch1", "batch8", "sessions")
+    print(f"{'method':<10} {'batch1 tok/s':>13} {'batch8 tok/s':>13} {'sessions tok/s':>15} {'acceptance':>11}  equal")
     for method, res in results.items():
-        same = all(res[b]["ids"] == plain[b]["ids"] for b in ("batch1", "batch8"))
+        same = all(res[b]["ids"] == plain[b]["ids"] for b in runs)
         ok &= same
         accept = f"{res['acceptance']:.0%}" if res["acceptance"] is not None else "-"
-        print(
-            f"{method:<10} {res['batch1']['tok_s']:>13.1f} {res['batch8']['tok_s']:>13.1f} {accept:>11}  "
-            f"{'yes' if same else 'NO'} ({res['batch1']['tokens']} + {res['batch8']['tokens']} tokens)"
-        )
+        speeds = " ".join(f"{res[b]['tok_s']:>{w}.1f}" for b, w in zip(runs, (13, 13, 15)))
+        tokens = " + ".join(str(res[b]["tokens"]) for b in runs)
+        print(f"{method:<10} {speeds} {accept:>11}  {'yes' if same else 'NO'} ({tokens} tokens)")
     print("all methods give plain vLLM's greedy tokens" if ok else "MISMATCH: a method changed the tokens")
     return 0 if ok else 1
 
