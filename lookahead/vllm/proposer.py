@@ -54,7 +54,7 @@ class LookaheadProposer:
         self.acceptance = Acceptance()
         depth = self.limits.k + 1  # one node past the draft: scored when the whole draft holds
         self.drafter = CopyDrafter(
-            min(TREE_NODES_PER_TOKEN * depth, 256), opts.max_match, opts.min_share, history=self.history.indexes
+            min(TREE_NODES_PER_TOKEN * depth, 256), opts.max_match, float(opts.min_share), history=self.history.indexes
         )
         self.counts = {"steps": 0, "rows": 0, "drafted": 0, "held": 0}
         _warm(self.drafter, opts)
@@ -151,5 +151,6 @@ class LookaheadProposer:
 def _warm(drafter: CopyDrafter, options: ProposerOptions) -> None:
     """Compile (or load from numba's disk cache) the draft kernels now, not at the first step."""
     text = np.array([1, 2, 3, 1, 2], dtype=np.int32)
-    CopyDrafter(4, options.max_match, options.min_share, history=lambda: [SuffixIndex.from_texts([text])]).tree(text)
+    tiny = SuffixIndex.from_texts([text])
+    CopyDrafter(4, options.max_match, float(options.min_share), history=lambda: [tiny]).tree(text)
     drafter.tree(text)
