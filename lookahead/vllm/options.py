@@ -17,7 +17,9 @@ class ProposerOptions:
     Attributes:
         history_tokens: the most tokens of earlier requests kept for drafting (8 bytes each:
             the default keeps 8 MiB); 0 keeps none.
-        max_absent: requests kept after they left the batch (preempted ones come back).
+        max_absent: requests kept after they left the batch (preempted ones come back); each
+            keeps its text (4 bytes a token), so the states take at most
+            ``(max_num_seqs + max_absent) x max_model_len x 4`` bytes.
         token_cost: one more token's cost in a step over the step's fixed cost: drafting pays
             where a node's chance beats it (about; see ``chances.choose_lengths``).
         max_match: the longest end of the text matched against earlier text.
