@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from lookahead.arguments import (
     check_tokenizer,
     stop_strings_to_criteria,
 )
+from lookahead.compat import cache_keyword, output_cache_field, rename_cache_input
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.suffix import SuffixIndex
@@ -123,6 +125,19 @@ def generate(
     )
 
 
+def _cache_keyword(decode):
+    """Run ``decode(model, ...)`` with the model taking ``cache=`` whatever its transformers
+    version calls it (``lookahead.compat``)."""
+
+    @functools.wraps(decode)
+    def wrapped(model, *args, **kwargs):
+        with cache_keyword(model):
+            return decode(model, *args, **kwargs)
+
+    return wrapped
+
+
+@_cache_keyword
 def custom_generate(
     model,
     input_ids,
@@ -213,8 +228,8 @@ def _output(generation_config, stats: LookaheadStats, started: float, sequences,
         sequences=sequences,
         scores=tuple(scores) if scores is not None else None,
         logits=tuple(logits) if logits is not None else None,
-        cache=cache,
         lookahead_stats=stats,
+        **{output_cache_field(LookaheadDecoderOnlyOutput): cache},
     )
 
 
@@ -246,6 +261,7 @@ def _empty_cache(model, model_kwargs: dict) -> None:
 
 def _drop_generate_only(model_kwargs: dict) -> None:
     """Remove what ``generate`` prepares for plain decoding and the decoder sets itself."""
+    rename_cache_input(model_kwargs)  # transformers 5.19 passes the cache as past_key_values
     model_kwargs.pop("use_cache", None)
     model_kwargs.pop("logits_to_keep", None)
     unknown = set(model_kwargs) - {"attention_mask", "position_ids", "cache"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
+from lookahead.compat import cache_keyword
 from lookahead.runtime import attention
 
 # Families whose attention was checked (by the property tests) to honour a custom additive
@@ -69,7 +70,8 @@ def probe(model) -> None:
     ``d`` must not see and ``d`` sits at position 3. The logits at ``d`` must agree.
     """
     try:
-        plain, step = _probe_logits(model)
+        with cache_keyword(model):
+            plain, step = _probe_logits(model)
     except Exception as err:  # a model that cannot even run the probe cannot run lookahead steps
         raise Unsupported(
             f"model type {model.config.model_type!r} failed the custom-mask probe: {type(err).__name__}: {err}"

@@ -68,7 +68,8 @@ def static_steps(model, input_ids, model_kwargs: dict, generation_config, config
     cache = reusable_static_cache(model, longest + room, rows=input_ids.shape[0])
     model_kwargs["cache"] = cache
     compiled = None
-    if model._valid_auto_compile_criteria({"cache": cache}, generation_config):
+    criteria = {"cache": cache, "past_key_values": cache}  # transformers 5.19 reads the old name
+    if model._valid_auto_compile_criteria(criteria, generation_config):
         compiled = model.get_compiled_call(generation_config.compile_config)
     return StaticSteps(model, cache, compiled, config.static_buckets, room)
 

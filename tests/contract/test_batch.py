@@ -18,6 +18,7 @@ from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
 from lookahead import testing
+from lookahead.compat import output_cache_field
 from lookahead.step.batch import BatchDecoder
 from lookahead.step.batch_rows import PAD_RUN
 from lookahead.step.costmodel import CostCurve
@@ -205,7 +206,8 @@ def test_cache_rows_equal_a_fresh_prefill():
     def check():
         for r, row in enumerate(decoder.live):
             real = row.seq.tokens[ids.shape[1] - len(MOTIFS[r]) : -1]
-            fresh = model(torch.tensor([real]), cache=DynamicCache(), use_cache=True).cache
+            out = model(torch.tensor([real]), cache=DynamicCache(), use_cache=True)
+            fresh = getattr(out, output_cache_field(type(out)))
             keep = decoder.past_visible[r]
             assert int(keep.sum()) == len(real) == int(decoder.position[r])
             assert decoder.past_pos[r][keep].tolist() == list(range(len(real)))

@@ -16,6 +16,7 @@ from transformers import TextStreamer
 from transformers.utils import logging as hf_logging
 
 import lookahead
+from lookahead.compat import output_cache_field
 
 from tiny_models import tiny_model, tiny_tokenizer
 
@@ -71,6 +72,6 @@ def test_no_call_warns_or_logs(strict, capsys):
         for out in _calls(model, tok):
             if not isinstance(out, torch.Tensor):
                 # every field the output object has, read as a user reads it
-                for name in ("sequences", "scores", "logits", "cache", "lookahead_stats"):
+                for name in ("sequences", "scores", "logits", output_cache_field(type(out)), "lookahead_stats"):
                     getattr(out, name)
     capsys.readouterr()  # the streamer's own text

@@ -8,6 +8,7 @@ import transformers as tf
 
 import lookahead
 from lookahead import LookaheadConfig, Unsupported
+from lookahead.compat import takes_cache_keyword
 
 
 @pytest.mark.parametrize(
@@ -169,8 +170,9 @@ def test_prefilled_cache_refused(llama, held):
 
     cache = DynamicCache(config=llama.config)
     llama(input_ids=torch.tensor([held]), cache=cache, use_cache=True)
+    keyword = "cache" if takes_cache_keyword(llama) else "past_key_values"  # generate's name for it (5.19: the old one)
     with pytest.raises(NotImplementedError, match="empty cache"):
-        lookahead.generate(llama, torch.tensor([[5, 6, 7]]), max_new_tokens=4, cache=cache)
+        lookahead.generate(llama, torch.tensor([[5, 6, 7]]), max_new_tokens=4, **{keyword: cache})
 
 
 def test_a_generator_on_another_device_than_the_logits_is_refused_before_the_prefill():

