@@ -16,6 +16,7 @@ from transformers import TextStreamer
 from transformers.utils import logging as hf_logging
 
 import lookahead
+from lookahead import warmup
 from lookahead.compat import output_cache_field
 
 from tiny_models import tiny_model, tiny_tokenizer
@@ -67,7 +68,7 @@ def _calls(model, tok):
 
 def test_no_call_warns_or_logs(strict, capsys):
     model, tok = tiny_model("llama", "sdpa"), tiny_tokenizer()
-    lookahead.warmup.warm_kernels()  # its stderr line (a fresh cache) is asked for, and not this test's subject
+    warmup.warm_kernels()  # its stderr line (a fresh cache) is asked for, and not this test's subject
     with torch.no_grad():
         for out in _calls(model, tok):
             if not isinstance(out, torch.Tensor):
