@@ -106,3 +106,45 @@ def _check_vocabulary(arrays: dict, path, kind: str, tokenizer) -> None:
             f"{path}: a {kind} made with another tokenizer (vocabulary {stored}; this model's is {mine}): "
             f"its drafts would be noise. Rebuild it with this model's tokenizer"
         )
+
+
+def check_like(path, name: str, array: np.ndarray, held: np.ndarray) -> None:
+    """``ValueError`` unless the file's ``array`` has the shape and dtype of ``held``, the
+    array it is read into."""
+    if array.shape != held.shape or array.dtype != held.dtype:
+        raise ValueError(
+            f"{path}: array {name!r} has shape {array.shape} {array.dtype}, expected {held.shape} {held.dtype}"
+        )
+
+
+def check_bounds(path, name: str, array: np.ndarray, low: int, high: int | None = None) -> None:
+    """A file is input: ``ValueError`` unless every value of ``array`` lies in ``[low, high]``
+    (``high`` None: no upper bound), as the kernels that index with it need."""
+    if not array.size:
+        return
+    lo, hi = int(array.min()), int(array.max())
+    if lo < low or (high is not None and hi > high):
+        allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{path}: array {name!r} holds values in [{lo}, {hi}]; allowed: {allowed}")
+
+
+def check_index(path, text: np.ndarray, sa: np.ndarray, vocab_size: int | None) -> None:
+    """``ValueError`` unless ``text`` and ``sa`` are a suffix index's: int32 ``[N]`` each, the
+    text's values -1 (a separator) or token ids below ``vocab_size``, ``sa`` a permutation of
+    the text's positions."""
+    for name, array in (("text", text), ("sa", sa)):
+        if array.ndim != 1 or array.dtype != np.int32:
+            raise ValueError(f"{path}: array {name!r} must be int32 [N], got {array.dtype} {array.shape}")
+    if sa.shape != text.shape:
+        raise ValueError(f"{path}: array 'sa' has {sa.shape[0]} rows, but 'text' holds {text.shape[0]} tokens")
+    if not text.size:
+        return
+    lo, hi = int(text.min()), int(text.max())
+    if lo < -1 or (vocab_size is not None and hi >= vocab_size):
+        top = f"{vocab_size - 1}" if vocab_size is not None else "inf"
+        allowed = f"-1 (separator) or token ids in [0, {top}]"
+        raise ValueError(f"{path}: array 'text' holds values in [{lo}, {hi}]; allowed: {allowed}")
+    if int(sa.min()) < 0 or int(sa.max()) >= text.shape[0]:
+        raise ValueError(f"{path}: array 'sa' holds positions outside [0, {text.shape[0] - 1}]")
+    if np.bincount(sa, minlength=text.shape[0]).max() != 1:
+        raise ValueError(f"{path}: array 'sa' is not a permutation of the text's positions")

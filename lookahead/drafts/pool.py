@@ -194,13 +194,8 @@ class NgramPool:
         ngram, guesses, context_tokens = (int(x) for x in shape)
         pool = cls(ngram, guesses, data["keys"].shape[0], context_tokens)
         for name in ("keys", "stamps", "counts", "conts", "clock"):
-            held = getattr(pool, f"_{name}")
-            if data[name].shape != held.shape or data[name].dtype != held.dtype:
-                raise ValueError(
-                    f"{path}: array {name!r} has shape {data[name].shape} {data[name].dtype}, "
-                    f"expected {held.shape} {held.dtype}"
-                )
-            held[...] = data[name]
+            files.check_like(path, name, data[name], getattr(pool, f"_{name}"))
+            getattr(pool, f"_{name}")[...] = data[name]
         if "history" in data:  # files written before the history was kept have none
             capacity = data.get("history_capacity")
             if capacity is None or capacity.shape != () or not np.issubdtype(capacity.dtype, np.integer):
@@ -217,20 +212,11 @@ class NgramPool:
     def _check_values(self, path) -> None:
         """A file is input: values the kernels index with must lie in their bounds (a crafted
         ``counts`` would make them write past the continuation table)."""
-        bounds = (
-            ("counts", self._counts, 0, self.guesses),
-            ("clock", self._clock, 0, None),
-            ("stamps", self._stamps, 0, int(self._clock[0])),
-            ("conts", self._conts, 0, None),
-            ("history", self._history, -1, None),
-        )
-        for name, array, low, high in bounds:
-            if not array.size:
-                continue
-            lo, hi = int(array.min()), int(array.max())
-            if lo < low or (high is not None and hi > high):
-                allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
-                raise ValueError(f"{path}: array {name!r} holds values in [{lo}, {hi}]; allowed: {allowed}")
+        files.check_bounds(path, "counts", self._counts, 0, self.guesses)
+        files.check_bounds(path, "clock", self._clock, 0)
+        files.check_bounds(path, "stamps", self._stamps, 0, int(self._clock[0]))
+        files.check_bounds(path, "conts", self._conts, 0)
+        files.check_bounds(path, "history", self._history, -1)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise ``ValueError`` when a continuation or history token is not an id of a model

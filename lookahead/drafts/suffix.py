@@ -103,26 +103,7 @@ class SuffixIndex:
         where both name one, raises ``ValueError`` naming what it is not."""
         data = files.read(path, "suffix index", ("text", "sa"), tokenizer)
         text, sa = data["text"], data["sa"]
-        for name, array in (("text", text), ("sa", sa)):
-            if array.ndim != 1 or array.dtype != np.int32:
-                raise ValueError(f"{path}: array {name!r} must be int32 [N], got {array.dtype} {array.shape}")
-        if sa.shape != text.shape:
-            raise ValueError(f"{path}: array 'sa' has {sa.shape[0]} rows, but 'text' holds {text.shape[0]} tokens")
-        check_text(text, vocab_size, f"{path}: array 'text'")
-        if text.size and (int(sa.min()) < 0 or int(sa.max()) >= text.shape[0]):
-            raise ValueError(f"{path}: array 'sa' holds positions outside [0, {text.shape[0] - 1}]")
-        if text.size and np.bincount(sa, minlength=text.shape[0]).max() != 1:
-            raise ValueError(f"{path}: array 'sa' is not a permutation of the text's positions")
+        files.check_index(path, text, sa, vocab_size)
         index = cls(text, sa)
         index.vocabulary = files.stored_fingerprint(data)
         return index
-
-
-def check_text(text: np.ndarray, vocab_size: int | None, what: str) -> None:
-    """``ValueError`` unless every value of ``text`` is -1 (a separator) or a token id < vocab_size."""
-    if not text.size:
-        return
-    lo, hi = int(text.min()), int(text.max())
-    if lo < -1 or (vocab_size is not None and hi >= vocab_size):
-        top = f"{vocab_size - 1}" if vocab_size is not None else "inf"
-        raise ValueError(f"{what} holds values in [{lo}, {hi}]; allowed: -1 (separator) or token ids in [0, {top}]")

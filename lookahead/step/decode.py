@@ -50,11 +50,6 @@ class Decoder:
         run = lambda: self.model(cache=self.cache, use_cache=True, return_dict=True, **inputs).logits[0]  # noqa: E731
         return timed(self.stats, run)
 
-    @property
-    def past_visible(self) -> torch.Tensor:
-        """Bool ``[cache length]``: False at the prompt's padding."""
-        return self._visible[: self._visible_len]
-
     def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
         """Run the prompt, pick the first token, and seed the window and the pool."""
         last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
@@ -81,11 +76,6 @@ class Decoder:
         # CPU, float32, full attention: the whole step (ids, offsets, mask) is made on the
         # host in one kernel and handed to the model as views, without a torch op
         self._host_masks = host_masks(windows, self.static, seq.ids.device, self.model.dtype)
-        # masks, offsets and ids live where the inputs do (the first device under a device_map)
-        # a lone root's position: on the CPU a host buffer set in place, elsewhere an offset added there
-        self._zero_offset = torch.zeros(1, dtype=torch.long, device=seq.ids.device)
-        self._root_position = np.zeros((1, 1), dtype=np.int64) if seq.ids.device.type == "cpu" else None
-        self._root_position_ids = torch.from_numpy(self._root_position) if self._root_position is not None else None
         self.proposer.start(seq, logits[-1:], prompt, windows, seq.ids.device)
 
     def step(self, seq: TokenSequence) -> None:
@@ -134,7 +124,8 @@ class Decoder:
         if not windowed and not tree.size and self._maskless_plain:
             ids = seq.ids[:, -1:]
             host = np.array(seq.tokens[-1:], dtype=np.int64)
-            return StepInputs(ROOT_ONLY, ids, self._root_positions(), None, None, (), False, host)
+            positions = torch.full((1, 1), self.position, dtype=torch.long, device=ids.device)
+            return StepInputs(ROOT_ONLY, ids, positions, None, None, (), False, host)
         host = np.asarray(tokens, dtype=np.int64)
         if self._host_masks:
             # shaped as the model takes them on the host: numpy's views cost less than torch's
@@ -148,16 +139,8 @@ class Decoder:
             for name, i in self.layer_index.items()
         }
         ids, *parts = upload(proposer.mask.device, host, *proposer.mask.layout(tree))  # one copy
-        offsets, mask = proposer.mask.build(tree, sizes, self.past_visible[:past_len], parts)
+        offsets, mask = proposer.mask.build(tree, sizes, self._visible[:past_len], parts)
         return StepInputs(tree, ids[None], (self.position + offsets)[None], mask, cands, origins, windowed, host)
-
-    def _root_positions(self) -> torch.Tensor:
-        """A lone root's position ``[1, 1]``: on the CPU one host buffer that torch views,
-        set in place; elsewhere made on the device."""
-        if self._root_position is None:
-            return (self.position + self._zero_offset)[None]
-        self._root_position[0, 0] = self.position
-        return self._root_position_ids
 
 
 def new_proposer(config, rule, stats, pool, costs: CostCurve | None, index, dtype) -> Proposer:
@@ -210,5 +193,5 @@ def lookahead_decode(
     while not seq.done:
         decoder.step(seq)
     if decoder.proposer.pool is not None:  # the text, without left padding, for later requests
-        decoder.proposer.pool.remember(seq.array()[int(decoder.past_visible.long().argmax()) :])
+        decoder.proposer.pool.remember(seq.array()[int(decoder._visible.long().argmax()) :])
     return seq
