@@ -33,9 +33,7 @@ def model_options(p: argparse.ArgumentParser) -> None:
     """The options that choose and load the model (every command that runs one)."""
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, help="local model directory or hub id (default: the embedded model)")
-    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | auto (default: %(default)s)")
-    g.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default: %(default)s)")
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    placement_options(g)
     g.add_argument(
         "--attn",
         default=None,
@@ -46,6 +44,13 @@ def model_options(p: argparse.ArgumentParser) -> None:
         "--allow-download", action="store_true", help="let --model fetch from the hub (default: local files only)"
     )
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code")
+
+
+def placement_options(g) -> None:
+    """``--dtype``, ``--device`` and ``--threads``: how a loaded model runs."""
+    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | auto (default: %(default)s)")
+    g.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
 def max_new_tokens_option(p, default: int, help: str = "tokens to generate per prompt") -> None:

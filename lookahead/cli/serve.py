@@ -10,7 +10,15 @@ import os
 import sys
 import textwrap
 
-from lookahead.cli.options import EXIT_CODES, EXIT_OK, UsageError, config_from_args, prepare_torch, shape_options
+from lookahead.cli.options import (
+    EXIT_CODES,
+    EXIT_OK,
+    UsageError,
+    config_from_args,
+    placement_options,
+    prepare_torch,
+    shape_options,
+)
 
 EPILOG = f"""\
 example:
@@ -45,9 +53,7 @@ def register(sub) -> None:
     )
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, metavar="DIR", help="local model folder, safetensors (default: embedded)")
-    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | auto (default: %(default)s)")
-    g.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default: %(default)s)")
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    placement_options(g)
     g.add_argument("--trust-remote-code", action="store_true", help="run the model folder's own code")
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
