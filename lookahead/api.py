@@ -182,7 +182,7 @@ def custom_generate(
         stats.total_s += time.perf_counter() - started
         return out
     _drop_generate_only(model_kwargs)
-    _empty_cache(model, model_kwargs)
+    _starting_cache(model, model_kwargs, input_ids)
     stats.warmup_s += warm_kernels()  # before the prefill: no step waits for a compile
     keep_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
@@ -247,16 +247,27 @@ def _costs(model, config: LookaheadConfig, given: CostCurve | None, rows: int) -
     return cost_curve(model, rows=rows)
 
 
-def _empty_cache(model, model_kwargs: dict) -> None:
-    """Decoding starts from an empty cache: ``generate``'s, or a new one where the config asks
-    for none (``use_cache=False``), since lookahead's steps need one."""
+def _starting_cache(model, model_kwargs: dict, input_ids: torch.Tensor) -> None:
+    """The cache decoding starts from: ``generate``'s (empty), a new one where the config asks
+    for none (``use_cache=False``), since lookahead's steps need one, or the caller's
+    ``DynamicCache`` holding a prefix of the prompt (as ``generate`` takes one to reuse a shared
+    prompt's entries): the prefill then runs only the tokens after it. That prefix must be
+    shorter than the prompt of a single sequence; which tokens it holds is the caller's word,
+    as for ``generate``."""
     cache = model_kwargs.get("cache")
-    if cache is not None and cache.get_seq_length() > 0:
-        raise Unsupported(
-            f"lookahead decoding starts from an empty cache; got one already holding {cache.get_seq_length()} tokens"
-        )
     if cache is None:
         model_kwargs["cache"] = DynamicCache(config=model.config)
+        return
+    held = cache.get_seq_length()
+    if held == 0:
+        return
+    rows, length = input_ids.shape
+    if type(cache) is not DynamicCache or rows != 1 or held >= length:
+        raise Unsupported(
+            "lookahead decoding starts from an empty cache, or from a DynamicCache holding a prefix "
+            f"of a single prompt; got a {type(cache).__name__} already holding {held} tokens "
+            f"for input_ids of shape {tuple(input_ids.shape)}"
+        )
 
 
 def _drop_generate_only(model_kwargs: dict) -> None:

@@ -51,11 +51,17 @@ class Decoder:
         return timed(self.stats, run)
 
     def prefill(self, seq: TokenSequence, attention_mask, position_ids) -> None:
-        """Run the prompt, pick the first token, and seed the window and the pool."""
+        """Run the prompt, pick the first token, and seed the window and the pool. A cache that
+        already holds the prompt's first tokens (a prefix kept from an earlier request) is
+        extended by the rest only."""
         last_only = {"logits_to_keep": 1} if self.model._supports_logits_to_keep() else {}
+        held = 0
         if self.static is None:
             check_cache(self.cache)  # before the prefill's work: a cache it cannot roll back is refused at once
-        logits = self.forward(input_ids=seq.ids, attention_mask=attention_mask, position_ids=position_ids, **last_only)
+            held = self.cache.get_seq_length()
+        logits = self.forward(
+            input_ids=seq.ids[:, held:], attention_mask=attention_mask, position_ids=position_ids[:, held:], **last_only
+        )
         if self.static is None:
             check_cache(self.cache)  # the layers a lazily built cache made in the prefill
             self._sliding = prepare_cache(self.cache)

@@ -164,15 +164,16 @@ def test_guidance_scale_refused(llama):
         lookahead.generate(llama, torch.tensor([[5, 6]]), max_new_tokens=4, guidance_scale=1.5)
 
 
-@pytest.mark.parametrize("held", [[5], [5, 6]])
-def test_prefilled_cache_refused(llama, held):
+@pytest.mark.parametrize("held, prompt", [([5, 6, 7], [[5, 6, 7]]), ([5, 6], [[5, 6, 7], [5, 6, 8]])])
+def test_a_cache_holding_the_whole_prompt_or_a_batchs_prefix_is_refused(llama, held, prompt):
+    """A prefilled cache must leave the prefill a token of a single prompt to run."""
     from transformers.cache_utils import DynamicCache
 
     cache = DynamicCache(config=llama.config)
     llama(input_ids=torch.tensor([held]), cache=cache, use_cache=True)
     keyword = "cache" if takes_cache_keyword(llama) else "past_key_values"  # generate's name for it (5.19: the old one)
-    with pytest.raises(NotImplementedError, match="empty cache"):
-        lookahead.generate(llama, torch.tensor([[5, 6, 7]]), max_new_tokens=4, **{keyword: cache})
+    with pytest.raises(NotImplementedError, match="prefix of a single prompt"):
+        lookahead.generate(llama, torch.tensor(prompt), max_new_tokens=4, **{keyword: cache})
 
 
 def test_a_generator_on_another_device_than_the_logits_is_refused_before_the_prefill():

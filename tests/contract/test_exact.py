@@ -134,3 +134,30 @@ def test_long_generation_grows_the_host_made_steps_buffers():
     got = lookahead.generate(model, ids, lookahead_stats=stats, **kwargs)
     assert got.shape[1] == 165 and stats.tokens_per_forward > 1
     assert got.tolist() == greedy(model, ids, **kwargs).tolist()
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+@settings(max_examples=10)
+@given(ids=repetitive_prompts(min_len=8).map(lambda ids: torch.tensor([ids])), cut=st.floats(0.1, 0.95))
+def test_a_cache_holding_a_prompt_prefix_gives_generates_tokens(family, ids, cut):
+    """A ``DynamicCache`` already holding the prompt's first tokens (a shared prefix reused, as
+    a server keeps a conversation's) decodes to the tokens ``generate`` gives from that cache,
+    and ends holding every token but the last."""
+    from copy import deepcopy
+
+    from transformers.cache_utils import DynamicCache
+
+    from lookahead.compat import takes_cache_keyword
+
+    model = tiny_model(family, "sdpa")
+    held = max(1, int(cut * ids.shape[1]))
+    prefix = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=ids[:, :held], cache=prefix, use_cache=True)
+    keyword = "cache" if takes_cache_keyword(model) else "past_key_values"
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    expected = greedy(model, ids, **{keyword: deepcopy(prefix)}, **kwargs)
+    cache = deepcopy(prefix)
+    got = lookahead.generate(model, ids, **{keyword: cache}, **kwargs)
+    assert got.tolist() == expected.tolist()
+    assert cache.get_seq_length() == got.shape[1] - 1
