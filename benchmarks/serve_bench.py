@@ -1,12 +1,15 @@
 #!/usr/bin/env python
 """``lookahead serve`` against plain transformers serve, through HTTP with the ``openai`` client.
 
-Servers, one at a time, each in its own process on a loopback port, alternated round after round
-(the order rotates, so a machine's drift falls on all alike): ``plain`` (transformers' own app
+Servers, each in its own process on a loopback port, all started and taking turns: each unit
+of a workload (a session, or one request) runs on every server in turn, one server at a time
+(the others idle), the order rotating unit by unit, so that a machine whose speed drifts over
+seconds slows all alike: ``plain`` (transformers' own app
 and managers, as ``transformers serve MODEL`` runs them: this script's ``--serve-plain`` mode),
-``kept`` (``lookahead serve``: one pool across requests) and ``fresh`` (``lookahead serve
---no-keep-pool``). Each server is started anew for each workload, so every workload starts from
-an empty pool. Workloads (greedy, streamed):
+``kept`` (``lookahead serve``: one pool and recent requests' cache entries across requests),
+``fresh`` (``lookahead serve --no-keep-pool``: nothing kept) and ``pool-only`` (``lookahead serve
+--prefix-cache-mib 0``: the pool kept, no cache entries). The servers are started anew for
+each workload and round, so every workload starts from an empty pool. Workloads (greedy, streamed):
 
 - ``sessions``: multi-turn sessions, code (``/v1/completions``) and chat
   (``/v1/chat/completions``): each turn re-sends the conversation so far (earlier tasks and the
@@ -39,7 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's package, installed or not
-SERVERS = {"plain": None, "kept": [], "fresh": ["--no-keep-pool"]}  # lookahead serve flags; None: --serve-plain
+# lookahead serve flags; None: --serve-plain
+SERVERS = {"plain": None, "kept": [], "fresh": ["--no-keep-pool"], "pool-only": ["--prefix-cache-mib", "0"]}
 START_TIMEOUT_S = 300
 
 
@@ -100,33 +104,37 @@ def stream(client, model: str, kind: str, payload, max_tokens: int) -> dict:
     return {"text": "".join(parts), "tokens": tokens, "ttft": (first or done) - started, "latency": done - started}
 
 
-def run_sessions(client, model, args, tokenizer) -> list[dict]:
+def units(workload: str, args) -> list:
+    """A workload cut into the units the servers take turns on: a whole session (its turns build
+    on its own answers), or one request."""
+    if workload == "sessions":
+        return session_turns(args)
+    if workload == "overlap":
+        return [("code", prompt, args.max_tokens) for prompt in overlap_prompts(args)]
+    rows = humaneval(args.overlap + args.single)[args.overlap :]  # single: not the overlap set's tasks
+    return [("code", row["prompt"], 32) for row in rows]
+
+
+def run_unit(client, model, workload: str, unit, args, tokenizer) -> list[dict]:
+    if workload == "sessions":
+        return run_session(client, model, unit, args, tokenizer)
+    kind, prompt, max_tokens = unit
+    return [stream(client, model, kind, prompt, max_tokens)]
+
+
+def run_session(client, model, turns, args, tokenizer) -> list[dict]:
     """Each turn: the conversation so far (tasks and this server's answers) plus a new task."""
-    out = []
-    for turns in session_turns(args):
-        history, messages = "", []
-        for t, (kind, task) in enumerate(turns):
-            prompt = f"{history}# Task {t + 1}\n{task}"
-            if len(tokenizer(prompt).input_ids) + args.max_tokens >= args.context:
-                break
-            messages = [*messages, {"role": "user", "content": task}]
-            result = stream(client, model, kind, prompt if kind == "code" else messages, args.max_tokens)
-            out.append(result)
-            history = f"{prompt}{result['text']}\n\n"
-            messages = [*messages, {"role": "assistant", "content": result["text"]}]
+    out, history, messages = [], "", []
+    for t, (kind, task) in enumerate(turns):
+        prompt = f"{history}# Task {t + 1}\n{task}"
+        if len(tokenizer(prompt).input_ids) + args.max_tokens >= args.context:
+            break
+        messages = [*messages, {"role": "user", "content": task}]
+        result = stream(client, model, kind, prompt if kind == "code" else messages, args.max_tokens)
+        out.append(result)
+        history = f"{prompt}{result['text']}\n\n"
+        messages = [*messages, {"role": "assistant", "content": result["text"]}]
     return out
-
-
-def run_overlap(client, model, args, tokenizer) -> list[dict]:
-    return [stream(client, model, "code", p, args.max_tokens) for p in overlap_prompts(args)]
-
-
-def run_single(client, model, args, tokenizer) -> list[dict]:
-    rows = humaneval(args.overlap + args.single)[args.overlap :]  # not the overlap set's tasks
-    return [stream(client, model, "code", row["prompt"], 32) for row in rows]
-
-
-WORKLOADS = {"sessions": run_sessions, "overlap": run_overlap, "single": run_single}
 
 
 # -- the servers ----------------------------------------------------------------------------------
@@ -186,15 +194,29 @@ def serve_plain(argv: list[str]) -> None:
 # -- a round, the report ----------------------------------------------------------------------------
 
 
-def measure(name: str, workload: str, args, tokenizer, model: str) -> list[dict]:
+def measure(names: list[str], workload: str, args, tokenizer, model: str, turn: int) -> dict[str, list[dict]]:
+    """Every server started (each idle while another serves), then the workload's units one by
+    one, each on every server in turn, the order rotating unit by unit: a machine whose speed
+    drifts over seconds falls on all servers alike. ``{server: its results}``."""
     import openai
 
-    proc, url = start(name, args)
+    started = {}
     try:
-        client = openai.OpenAI(base_url=url, api_key="unused", timeout=600, max_retries=0)
-        return WORKLOADS[workload](client, model, args, tokenizer)
+        for name in names:
+            started[name] = start(name, args)
+        clients = {
+            name: openai.OpenAI(base_url=url, api_key="unused", timeout=600, max_retries=0)
+            for name, (_proc, url) in started.items()
+        }
+        results: dict[str, list[dict]] = {name: [] for name in names}
+        for i, unit in enumerate(units(workload, args)):
+            k = (i + turn) % len(names)
+            for name in names[k:] + names[:k]:
+                results[name].extend(run_unit(clients[name], model, workload, unit, args, tokenizer))
+        return results
     finally:
-        stop(proc)
+        for proc, _url in started.values():
+            stop(proc)
 
 
 def summary(results: list[dict]) -> dict:
@@ -210,14 +232,13 @@ def summary(results: list[dict]) -> dict:
 
 
 def bench(args, tokenizer, model: str) -> dict:
-    """Every workload on every server, ``args.rounds`` times, the server order rotating."""
-    names, report = list(SERVERS), {}
+    """Every workload on every server, ``args.rounds`` times (:func:`measure`)."""
+    names, report = ["plain", *(n for n in args.servers if n != "plain")], {}
     for workload in args.workloads:
         runs: dict[str, list[dict]] = {name: [] for name in names}
         mismatches = 0
         for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            texts = {name: measure(name, workload, args, tokenizer, model) for name in order}
+            texts = measure(names, workload, args, tokenizer, model, r)
             for name in names:
                 runs[name].append(summary(texts[name]))
                 mismatches += sum(a["text"] != b["text"] for a, b in zip(texts[name], texts["plain"]))
@@ -233,11 +254,11 @@ def _mean(runs: list[dict]) -> dict:
 def _print(workload: str, found: dict) -> None:
     plain = found["servers"]["plain"]["tokens_per_s"]
     print(f"\n{workload}: texts differing from plain: {found['texts_differing']}")
-    print(f"  {'server':<6} {'tok/s':>8} {'speed-up':>9} {'TTFT ms':>8} {'latency ms':>11} {'first ms':>9}")
+    print(f"  {'server':<9} {'tok/s':>8} {'speed-up':>9} {'TTFT ms':>8} {'latency ms':>11} {'first ms':>9}")
     for name, s in found["servers"].items():
         ratio = s["tokens_per_s"] / plain if plain else 0.0
         print(
-            f"  {name:<6} {s['tokens_per_s']:8.1f} {ratio:8.2f}x {s['ttft_ms']:8.1f} "
+            f"  {name:<9} {s['tokens_per_s']:8.1f} {ratio:8.2f}x {s['ttft_ms']:8.1f} "
             f"{s['latency_ms']:11.1f} {s['first_request_ms']:9.1f}"
         )
 
@@ -280,6 +301,7 @@ def main() -> None:
     p.add_argument("--overlap", type=int, default=8, help="tasks sent in 3 variants each")
     p.add_argument("--single", type=int, default=20, help="one-off requests of 32 new tokens")
     p.add_argument("--workloads", default="sessions,overlap,single")
+    p.add_argument("--servers", default=",".join(SERVERS), help=f"of {', '.join(SERVERS)} (plain always runs)")
     p.add_argument("--soak", type=int, default=0, help="then N requests to one lookahead serve: RSS, latency")
     p.add_argument("--context", type=int, default=1024, help="the model's context: longer sessions end early")
     p.add_argument("--logs", default=None, help="folder for the servers' logs (default: a temp folder)")
@@ -290,10 +312,15 @@ def main() -> None:
         args.rounds, args.max_tokens, args.sessions, args.turns, args.overlap, args.single = 1, 16, 2, 2, 2, 2
         args.soak = min(args.soak, 25)
     args.workloads = args.workloads.split(",")
+    args.servers = args.servers.split(",")
+    unknown = set(args.servers) - set(SERVERS)
+    if unknown:
+        p.error(f"--servers: unknown {sorted(unknown)}; choose from {', '.join(SERVERS)}")
     if args.logs is None:
         import tempfile
 
         args.logs = tempfile.mkdtemp(prefix="serve-bench-")
+    Path(args.logs).mkdir(parents=True, exist_ok=True)
     from transformers import AutoTokenizer
 
     from lookahead.default_model import default_model_path

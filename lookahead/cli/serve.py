@@ -64,7 +64,19 @@ def register(sub) -> None:
     k = p.add_argument_group("kept state")
     k.add_argument("--pool", default=None, metavar="PATH", help="load the kept pool from PATH, save it there")
     k.add_argument("--save-every", type=int, default=16, metavar="N", help="save --pool every N requests (default: 16)")
-    k.add_argument("--no-keep-pool", action="store_true", help="a fresh pool per request (no state across requests)")
+    k.add_argument(
+        "--no-keep-pool",
+        action="store_true",
+        help="a fresh pool per request and no kept cache entries: no state across requests",
+    )
+    k.add_argument(
+        "--prefix-cache-mib",
+        type=int,
+        default=256,
+        metavar="MIB",
+        help="keep recent requests' cache entries, up to MIB: a prompt that starts with one (a conversation's "
+        "next turn) prefills only the rest (default: %(default)s; 0: none)",
+    )
     k.add_argument("--index", default=None, metavar="PATH", help="a corpus index (lookahead index build) to copy from")
     k.add_argument("--fallback", action="store_true", help="serve what lookahead refuses (beams) with plain generate")
     shape_options(p)
@@ -80,6 +92,8 @@ def validate(args) -> None:
     for flag, value in (("--threads", args.threads), ("--save-every", args.save_every)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.prefix_cache_mib < 0:
+        raise UsageError(f"--prefix-cache-mib must be >= 0 (0 keeps none), got {args.prefix_cache_mib}")
     if args.pool is not None and args.no_keep_pool:
         raise UsageError("--pool PATH keeps a pool across requests; --no-keep-pool keeps none: pass one of them")
     if args.model is not None:
@@ -123,6 +137,7 @@ def run(args) -> int:
         fallback=args.fallback,
         threads=args.threads,
         warmup=not args.no_warmup,
+        prefix_cache_mib=args.prefix_cache_mib,
     )
     runner = app.load_state(options)  # a bad --pool or --index: exit 2 before the model loads
     sock = app.bind(args.host, args.port)  # a port in use: exit 2 before the model loads
@@ -143,9 +158,13 @@ def _url_host(host: str) -> str:
 def _pool_words(options) -> str:
     if not options.keep_pool:
         return "a fresh pool per request"
-    if not options.pool_path:
-        return "pool kept in memory"
-    return f"pool kept, saved to {options.pool_path} every {options.save_every} requests"
+    kept = (
+        f"pool kept, saved to {options.pool_path} every {options.save_every} requests"
+        if options.pool_path
+        else "pool kept in memory"
+    )
+    prefixes = f"cache entries up to {options.prefix_cache_mib} MiB" if options.prefix_cache_mib else "no cache entries"
+    return f"{kept}; {prefixes}"
 
 
 def _log_to_stderr() -> None:

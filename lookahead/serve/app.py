@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from lookahead import files
 from lookahead.config import LookaheadConfig
+from lookahead.serve.prefixes import PrefixCaches
 from lookahead.serve.runner import Runner
 from lookahead.serve.stats import ServeStats
 from lookahead.serve.store import PoolStore, load_pool, new_pool
@@ -33,7 +34,9 @@ class ServeOptions:
     every ``save_every`` requests and at shutdown; ``index_path``: a corpus index for the copy
     drafts; ``fallback``: run what lookahead cannot decode (beams) with plain ``generate``
     instead of answering 400; ``warmup``: decode a few tokens before serving, so that the first
-    request does not pay for the kernels' compile and the cost curve."""
+    request does not pay for the kernels' compile and the cost curve; ``prefix_cache_mib``: the
+    cache entries kept of recent requests (a later prompt starting with one prefills only the
+    rest; 0 keeps none, as does ``keep_pool=False``)."""
 
     model_dir: str
     dtype: str = "float32"
@@ -47,6 +50,7 @@ class ServeOptions:
     fallback: bool = False
     threads: int | None = None
     warmup: bool = True
+    prefix_cache_mib: int = 256
 
 
 @dataclass
@@ -77,7 +81,8 @@ def load_state(options: ServeOptions) -> Runner:
 
         index = SuffixIndex.load(options.index_path, len(tokenizer), tokenizer=tokenizer)
     store = PoolStore(pool, options.pool_path, tokenizer, options.save_every)
-    return Runner(options.config, store, ServeStats(), index, options.fallback, options.threads)
+    prefixes = PrefixCaches(options.prefix_cache_mib << 20 if options.keep_pool else 0)
+    return Runner(options.config, store, ServeStats(), index, options.fallback, options.threads, prefixes)
 
 
 def build_app(options: ServeOptions, lookahead: bool = True, runner: Runner | None = None) -> Served:
@@ -147,6 +152,7 @@ def stats_document(models, runner: Runner) -> dict:
     return {
         **runner.stats.as_dict(),
         "pool": runner.store.describe(vocab, config.successors if config.uses_successors else 0),
+        "prefixes": runner.prefixes.describe(),
         "config": {"window": config.window, "ngram": config.ngram, "guesses": config.guesses},
         "fallback": runner.fallback,
     }

@@ -13,8 +13,10 @@ import logging
 import time
 
 from lookahead import support
+from lookahead.compat import takes_cache_keyword
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.suffix import SuffixIndex
+from lookahead.serve.prefixes import PrefixCaches
 from lookahead.serve.stats import RequestRecord, ServeStats
 from lookahead.serve.store import PoolStore
 from lookahead.stats import LookaheadStats
@@ -29,8 +31,9 @@ class BadRequest(ValueError):
 
 class Runner:
     """What one server decodes with: the config, the kept pool's store, an optional corpus index,
-    the cumulative stats and whether a request lookahead cannot serve runs plain ``generate``
-    (``fallback``) or is refused (a 400 naming what is not supported)."""
+    the cumulative stats, whether a request lookahead cannot serve runs plain ``generate``
+    (``fallback``) or is refused (a 400 naming what is not supported), and the conversations'
+    cache entries kept across requests (``prefixes``; none kept by default)."""
 
     def __init__(
         self,
@@ -40,9 +43,11 @@ class Runner:
         index: SuffixIndex | None = None,
         fallback: bool = False,
         threads: int | None = None,
+        prefixes: PrefixCaches | None = None,
     ):
         self.config, self.store, self.stats, self.index = config, store, stats, index
         self.fallback, self.threads = fallback, threads
+        self.prefixes = prefixes if prefixes is not None else PrefixCaches(0)
 
     def view(self, model, request_id: str) -> LookaheadModel:
         return LookaheadModel(model, self, request_id)
@@ -62,25 +67,48 @@ class Runner:
             raise BadRequest(f"{err} (lookahead serve --fallback runs such requests with plain generate)") from err
 
     def generate(self, model, request_id: str, *args, **kwargs):
-        """``lookahead.generate(model, *args, **kwargs)`` with the kept pool, on the calling
-        (inference) thread; logs one line and adds to the stats however it ends. A cancelled
-        request (the client went away) keeps what its committed tokens filed in the pool."""
+        """``lookahead.generate(model, *args, **kwargs)`` with the kept pool and, where a kept
+        cache holds the start of the prompt, that cache, on the calling (inference) thread; logs
+        one line and adds to the stats however it ends. A cancelled request (the client went
+        away) keeps what its committed tokens filed in the pool; its cache is dropped."""
         self.set_threads()
         stats = LookaheadStats()
         started = time.perf_counter()
         outcome, error = "ok", None
+        cache, reused = self._starting_cache(model, args, kwargs)
         try:
             with self.store.lease() as pool:
                 out, outcome = self._decode(model, pool, stats, args, kwargs)
+            if cache is not None and outcome == "ok":
+                self.prefixes.keep(cache, getattr(out, "sequences", out)[0])
             return out
         except BaseException as err:
             outcome, error = _outcome(err)
             raise
         finally:
-            record = RequestRecord(request_id, outcome, stats, (time.perf_counter() - started) * 1000, error)
+            ms = (time.perf_counter() - started) * 1000
+            record = RequestRecord(request_id, outcome, stats, ms, error, reused)
             self.stats.add(record)
             logger.info(record.log_line())
             self.store.finished()
+
+    def _starting_cache(self, model, args, kwargs) -> tuple[object | None, int]:
+        """Where prefixes are kept and the request is one unpadded prompt without a cache of
+        its own: a cache for it, put in ``kwargs`` (a kept one holding the prompt's start, else
+        an empty one, kept once the request ends), and how many prompt tokens it holds."""
+        ids, mask = kwargs.get("input_ids", args[0] if args else None), kwargs.get("attention_mask")
+        own = any(kwargs.get(name) is not None for name in ("cache", "past_key_values"))
+        if not self.prefixes.enabled or own or not hasattr(ids, "shape") or ids.dim() != 2 or ids.shape[0] != 1:
+            return None, 0
+        if mask is not None and not bool(mask.all()):
+            return None, 0
+        from transformers.cache_utils import DynamicCache
+
+        cache, reused = self.prefixes.take(ids[0])
+        if cache is None:
+            cache = DynamicCache(config=model.config)
+        kwargs["cache" if takes_cache_keyword(model) else "past_key_values"] = cache
+        return cache, reused
 
     def _decode(self, model, pool, stats: LookaheadStats, args, kwargs) -> tuple[object, str]:
         import lookahead
@@ -100,7 +128,8 @@ class Runner:
         except Unsupported:
             if not self.fallback:
                 raise
-            return _plain(model, stats, args, kwargs), "fallback"
+            plain = {k: v for k, v in kwargs.items() if k not in ("cache", "past_key_values")}
+            return _plain(model, stats, args, plain), "fallback"
         if ending is not None:
             ending.finish()
         return out, "ok"

@@ -15,23 +15,28 @@ OUTCOMES = ("ok", "cancelled", "failed", "fallback")
 @dataclass
 class RequestRecord:
     """One request: its id, how it ended (one of ``OUTCOMES``), its ``LookaheadStats`` and its
-    wall time in ms (decoding on the inference thread, queueing excluded)."""
+    wall time in ms (decoding on the inference thread, queueing excluded), and how many prompt
+    tokens a kept cache held (``reused``: not prefilled again)."""
 
     request_id: str
     outcome: str
     stats: LookaheadStats
     ms: float
     error: str | None = None
+    reused: int = 0
 
     def log_line(self) -> str:
         """``request ID: ok, 128 new tokens, 2.41 tokens/forward (53 forwards), accepted copy 50
-        pool 10 successors 3 window 0, 412 ms``."""
+        pool 10 successors 3 window 0, 412 ms`` (and ``, 640 prompt tokens reused`` where a kept
+        cache held them)."""
         s = self.stats
         accepted = " ".join(f"{name} {s.source_tokens.get(name, 0)}" for name in SOURCES)
         line = (
             f"request {self.request_id}: {self.outcome}, {s.new_tokens} new tokens, "
             f"{s.tokens_per_forward:.2f} tokens/forward ({s.forwards} forwards), accepted {accepted}, {self.ms:.0f} ms"
         )
+        if self.reused:
+            line = f"{line}, {self.reused} prompt tokens reused"
         return line if self.error is None else f"{line}: {self.error}"
 
 
