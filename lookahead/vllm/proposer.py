@@ -137,10 +137,13 @@ class LookaheadProposer:
         return chain, np.cumprod(chances)[: self.limits.k]
 
     def _remember(self, state: RequestState) -> None:
-        """A request left the batch (finished, or preempted): its text joins the history."""
-        if not state.remembered:
-            self.history.add(state.text)
-            state.remembered = True
+        """A request left the batch (finished, or preempted): its text joins the history. One
+        that left before (preempted, then resumed) files what it added since, after the
+        ``max_match`` tokens before it, which a later text's end may match across the seam."""
+        done, length = state.remembered, state.text.shape[0]
+        if length > done:
+            self.history.add(state.text[max(done - self.options.max_match, 0) :] if done else state.text)
+            state.remembered = length
 
     @property
     def acceptance_rate(self) -> float:

@@ -49,14 +49,15 @@ class Pending:
 class RequestState:
     """One request as the proposer knows it: its text at the last call (int32 ``[n]``, a copy),
     its own ratios' counts per context group (``held`` tokens against the ``promised``
-    chances, ``chances.request_ratios``), the last
-    call's chain, and whether its text went to the history."""
+    chances, ``chances.request_ratios``), the last call's chain, and how many of its tokens
+    went to the history (``remembered``: a preempted request files its text when it leaves,
+    and what it adds after it comes back when it leaves again)."""
 
     text: np.ndarray
     held: np.ndarray = field(default_factory=lambda: np.zeros(GROUPS))
     promised: np.ndarray = field(default_factory=lambda: np.zeros(GROUPS))
     pending: Pending | None = None
-    remembered: bool = False
+    remembered: int = 0
     key: int = field(default=0, compare=False)
 
 

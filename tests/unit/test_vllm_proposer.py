@@ -173,6 +173,32 @@ def test_a_resumed_request_finds_its_state():
     assert proposer.requests.state(1) is state
 
 
+def test_a_resumed_request_files_what_it_wrote_after_its_return():
+    """Preempted, a request files its text so far; resumed and finished, the rest of it too
+    (with the tokens before the seam, so a later text's end matches across it)."""
+    rng = np.random.default_rng(5)
+    proposer = proposer_with()
+    runner = FakeRunner(proposer)
+    req = FakeRequest(rng.integers(100, 5000, size=120).astype(np.int32), 20)
+    runner.add(req)
+    for _ in range(30):
+        runner.step()
+    runner.remove(req)
+    other = code_like(rng, 4)
+    runner.add(other)
+    runner.step()  # the call that finds req gone files its text so far
+    runner.remove(other)
+    runner.add(req)
+    runner.run()
+    before = len(proposer.history)
+    runner.add(code_like(rng, 4))
+    runner.step()  # req left: what it wrote since its return is filed
+    history = np.concatenate([tier.text for tier in proposer.history.indexes()])
+    tail = req.target[-40:]
+    assert any(np.array_equal(history[i : i + 40], tail) for i in range(len(history) - 39))
+    assert len(proposer.history) - before < req.target.shape[0]  # not the whole text again
+
+
 def test_the_next_turn_carries_its_conversations_state():
     """A turn's prompt holds the last turn's whole text: it continues that request's state
     (its learnt ratios), and the new message between them teaches nothing."""
