@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""The ceiling of lookahead's vLLM proposer on the vLLM check's batch-1 set, clock-free.
+
+vLLM verifies one draft chain per request and step; lookahead's own decoder verifies a tree.
+This replays the greedy texts of ``benchmarks/vllm_check.py --prompts humaneval`` (its two
+warm-up prompts, then HumanEval's first 20, one request at a time, 128 new tokens; the embedded
+model's greedy tokens from transformers' ``generate``, which vLLM's equal) teacher-forced: each
+policy walks each text step by step, a step taking the draft's tokens while they are the text's
+and one more (the model's own), and the request's text joins the history once it ends, as in
+the engine. Policies, all with ``k`` draft tokens at most and the same copy tree (the request's
+own text and the history, ``CopyDrafter`` as the proposer builds it):
+
+    proposer    ``LookaheadProposer.propose`` itself: the tree's likeliest chain, cut where the
+                learnt chances stop paying (what vLLM verified in the check)
+    chain       that likeliest chain uncut, k deep: a chain verifier's best without the cut
+    tree        the whole tree: the longest root path that is the text (a tree verifier)
+
+and ``reachable``, the share of generated positions (after each request's first token) whose
+token any occurrence in the tree's scopes continues with: the most a copy source could draft.
+Reported: tokens per step for each policy, and the drafted tokens that held (proposer).
+
+    python benchmarks/chain_ceiling.py [--k 16] [--tokens 128] [--limit 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+WARMUP = ["import os\n", "def main():\n"]  # vllm_check.py's warm-up requests, first in the history
+MAX_MODEL_LEN = 1024
+
+
+def greedy_texts(limit: int, tokens: int) -> list[tuple[np.ndarray, int]]:
+    """``(prompt + greedy output ids, prompt length)`` per request, in the check's order."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lookahead.bench.prompts import load_prompts
+    from lookahead.default_model import default_model_path
+
+    path = default_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    texts = []
+    for prompt in WARMUP + [p.text for p in load_prompts("humaneval", limit=limit)]:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        out = model.generate(ids, max_new_tokens=tokens, do_sample=False)
+        texts.append((out[0].numpy().astype(np.int32), ids.shape[1]))
+    return texts
+
+
+def tree_accepts(tokens: np.ndarray, parents: np.ndarray, truth: np.ndarray, k: int) -> int:
+    """The deepest node (at most ``k``) of a best-first tree whose root path is ``truth``'s start."""
+    depth = {-1: 0}  # nodes on the text's path -> their depth
+    best = 0
+    for i in range(tokens.shape[0]):
+        d = depth.get(int(parents[i]))
+        if d is not None and d < min(k, truth.shape[0]) and tokens[i] == truth[d]:
+            depth[i] = d + 1
+            best = max(best, d + 1)
+    return best
+
+
+def chain_accepts(draft, truth: np.ndarray) -> int:
+    n = 0
+    while n < len(draft) and n < truth.shape[0] and draft[n] == truth[n]:
+        n += 1
+    return n
+
+
+def walk(texts, k: int, policy: str) -> dict:
+    """Steps of one policy over every request in order: tokens per step, drafted and held."""
+    from lookahead.vllm import LookaheadProposer
+    from lookahead.vllm.chain import best_chain
+
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN),
+    )
+    proposer = LookaheadProposer(config)  # its drafter and history serve every policy
+    steps = generated = drafted = held = 0
+    buffer = np.zeros((1, MAX_MODEL_LEN), dtype=np.int64)
+    for r, (text, start) in enumerate(texts):
+        known, sampled = start + 1, [int(text[start])]  # the prefill's token
+        while known < text.shape[0]:
+            truth = text[known:]
+            if policy == "proposer":
+                buffer[0, :known] = text[:known]
+                draft = proposer.propose([sampled], np.array([known]), buffer)[0]
+                accepted = chain_accepts(draft, truth)
+                if r >= len(WARMUP):
+                    drafted, held = drafted + len(draft), held + accepted
+            else:
+                tokens, parents, probs, match = proposer.drafter.tree(text[:known])
+                if policy == "tree":
+                    accepted = tree_accepts(tokens, parents, truth, k)
+                else:
+                    chain = best_chain(tokens, parents, probs, match, k) if tokens.shape[0] else None
+                    accepted = chain_accepts(chain.tokens if chain is not None else [], truth)
+            step = min(accepted + 1, truth.shape[0])
+            sampled = [int(t) for t in text[known : known + step]]
+            known = known + step
+            if r >= len(WARMUP):
+                steps, generated = steps + 1, generated + step
+        if policy == "proposer":  # the request leaves the batch: the next call files its text
+            continue
+        proposer.history.add(text)
+    if policy == "proposer":  # the last request's text too (nothing else reads it)
+        proposer.propose([], np.zeros(0, dtype=np.int64), buffer)
+    out = {"steps": steps, "tokens": generated, "tokens_per_step": generated / steps}
+    if policy == "proposer":
+        out.update(drafted=drafted, held=held, held_share=held / drafted if drafted else 0.0)
+    return out
+
+
+def reachable(texts, k: int) -> float:
+    """The share of the HumanEval requests' generated positions (after the first) whose token
+    the copy tree over the text before it has as a child of its root."""
+    from lookahead.vllm import LookaheadProposer
+
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN),
+    )
+    proposer, hits, positions = LookaheadProposer(config), 0, 0
+    for r, (text, start) in enumerate(texts):
+        for known in range(start + 1, text.shape[0]) if r >= len(WARMUP) else ():
+            tokens, parents, _, _ = proposer.drafter.tree(text[:known])
+            hits += bool(tree_accepts(tokens, parents, text[known:], 1))
+            positions += 1
+        proposer.history.add(text)
+    return hits / positions
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
+    args = p.parse_args()
+    texts = greedy_texts(args.limit, args.tokens)
+    new = sum(t.shape[0] - s for t, s in texts[len(WARMUP) :])
+    print(f"{len(texts)} requests ({len(WARMUP)} warm-up), {new} new tokens in the HumanEval ones, k={args.k}")
+    for policy in ("proposer", "chain", "tree"):
+        found = walk(texts, args.k, policy)
+        extra = "".join(
+            f", {key} {value:.1%}" if isinstance(value, float) else f", {key} {value}"
+            for key, value in found.items()
+            if key not in ("steps", "tokens", "tokens_per_step")
+        )
+        print(f"{policy:<9} {found['tokens_per_step']:.2f} tokens/step ({found['tokens']} in {found['steps']}){extra}")
+    print(f"reachable: {reachable(texts, args.k):.1%} of the generated positions (after each request's first)")
+
+
+if __name__ == "__main__":
+    main()
