@@ -63,12 +63,23 @@ def spec_config(method: str, k: int):
 
 
 def spec_counts(llm) -> dict:
-    """vLLM's spec-decode counters so far: drafts and accepted tokens."""
-    out = {}
-    for metric in llm.get_metrics():
-        if metric.name in ("vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"):
-            out[metric.name.rsplit("_", 2)[-2]] = metric.value
-    return out
+    """vLLM's spec-decode counters so far: ``steps`` (drafts: a request's step that drafted), ``draft``
+    (drafted tokens) and ``accepted`` tokens."""
+    names = {
+        "vllm:spec_decode_num_drafts": "steps",
+        "vllm:spec_decode_num_draft_tokens": "draft",
+        "vllm:spec_decode_num_accepted_tokens": "accepted",
+    }
+    return {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
+
+
+def counted(llm, run, *args) -> dict:
+    """``run(*args)``'s result, with the spec-decode counters it moved (``spec``)."""
+    before = spec_counts(llm)
+    result = run(*args)
+    after = spec_counts(llm)
+    result["spec"] = {key: after[key] - before.get(key, 0) for key in after}
+    return result
 
 
 def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
@@ -92,8 +103,11 @@ def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
     before = spec_counts(llm)
     result = {"method": method}
     for name, batches in (("batch1", [[p] for p in single]), ("batch8", [batch])):
-        result[name] = timed(llm, params, batches)
-    result["sessions"] = timed(llm, params, [[p] for p in turns]) if turns else run_chat_sessions(llm, params)
+        result[name] = counted(llm, timed, llm, params, batches)
+    if turns:
+        result["sessions"] = counted(llm, timed, llm, params, [[p] for p in turns])
+    else:
+        result["sessions"] = counted(llm, run_chat_sessions, llm, params)
     after = spec_counts(llm)
     drafted = after.get("draft", 0) - before.get("draft", 0)
     result["drafted"] = drafted
@@ -201,6 +215,16 @@ def report(results: dict) -> int:
         tokens = " + ".join(str(res[b]["tokens"]) for b in runs)
         print(f"{method:<10} {speeds} {accept:>11}  {'yes' if same else 'NO'} ({tokens} tokens)")
     print("all methods give plain vLLM's greedy tokens" if ok else "MISMATCH: a method changed the tokens")
+    print(
+        f"\nbatch 1: {'drafts':>7} {'tokens drafted':>15} {'accepted':>9}  (a draft: one request's step that drafted)"
+    )
+    for method, res in results.items():
+        spec = res["batch1"].get("spec", {})
+        drafts = spec.get("steps", 0)
+        if drafts:
+            print(
+                f"  {method:<9} {drafts:>7} {spec['draft'] / drafts:>11.2f} each {spec['accepted'] / drafts:>5.2f} each"
+            )
     return 0 if ok else 1
 
 
