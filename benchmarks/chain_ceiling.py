@@ -21,7 +21,10 @@ and ``reachable``, the share of generated positions (after each request's first 
 token any occurrence in the tree's scopes continues with: the most a copy source could draft.
 Reported: tokens per step for each policy, and the drafted tokens that held (proposer).
 
-    python benchmarks/chain_ceiling.py [--k 16] [--tokens 128] [--limit 20]
+    python benchmarks/chain_ceiling.py [--run batch1|sessions] [--k 16] [--tokens 128] [--limit 20]
+
+``--run sessions`` counts the check's multi-turn turns instead, after the batch-1 requests and
+the batch of 8's in the history (the batch's requests walked one by one here).
 """
 
 from __future__ import annotations
@@ -39,19 +42,31 @@ WARMUP = ["import os\n", "def main():\n"]  # vllm_check.py's warm-up requests, f
 MAX_MODEL_LEN = 1024
 
 
-def greedy_texts(limit: int, tokens: int) -> list[tuple[np.ndarray, int]]:
+def check_prompts(which: str, limit: int, tokens: int, tokenizer) -> tuple[list[str], int]:
+    """The check's requests in its order and the index of the first one counted: ``batch1``,
+    the warm-up then ``limit`` HumanEval prompts; ``sessions``, those, the next ``limit``
+    (the batch of 8's, in the history by then) and the ``multiturn`` turns that fit."""
+    from lookahead.bench.prompts import load_prompts
+
+    humaneval = [p.text for p in load_prompts("humaneval", limit=2 * limit)]
+    first = WARMUP + humaneval[:limit]
+    if which == "batch1":
+        return first, len(WARMUP)
+    turns = [p.text for p in load_prompts("multiturn", limit=12)]
+    fits = [t for t in turns if len(tokenizer(t).input_ids) + tokens <= MAX_MODEL_LEN]
+    return first + humaneval[limit:] + fits, len(first) + limit
+
+
+def greedy_texts(prompts: list[str], tokens: int, tokenizer) -> list[tuple[np.ndarray, int]]:
     """``(prompt + greedy output ids, prompt length)`` per request, in the check's order."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    from lookahead.bench.prompts import load_prompts
     from lookahead.default_model import default_model_path
 
-    path = default_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(default_model_path(), dtype=torch.float32).eval()
     texts = []
-    for prompt in WARMUP + [p.text for p in load_prompts("humaneval", limit=limit)]:
+    for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
         out = model.generate(ids, max_new_tokens=tokens, do_sample=False)
         texts.append((out[0].numpy().astype(np.int32), ids.shape[1]))
@@ -89,7 +104,7 @@ def chain_accepts(draft, truth: np.ndarray) -> int:
     return n
 
 
-def walk(texts, k: int, policy: str) -> dict:
+def walk(texts, first: int, k: int, policy: str) -> dict:
     """Steps of one policy over every request in order: tokens per step, drafted and held."""
     from lookahead.vllm import LookaheadProposer
     from lookahead.vllm.chain import best_chain
@@ -109,7 +124,7 @@ def walk(texts, k: int, policy: str) -> dict:
                 buffer[0, :known] = text[:known]
                 draft = proposer.propose([sampled], np.array([known]), buffer)[0]
                 accepted = chain_accepts(draft, truth)
-                if r >= len(WARMUP):
+                if r >= first:
                     drafted, held = drafted + len(draft), held + accepted
             elif policy == "ngram":
                 accepted = chain_accepts(ngram_draft(text[:known], k), truth)
@@ -123,7 +138,7 @@ def walk(texts, k: int, policy: str) -> dict:
             step = min(accepted + 1, truth.shape[0])
             sampled = [int(t) for t in text[known : known + step]]
             known = known + step
-            if r >= len(WARMUP):
+            if r >= first:
                 steps, generated = steps + 1, generated + step
         if policy == "proposer":  # the request leaves the batch: the next call files its text
             continue
@@ -136,7 +151,7 @@ def walk(texts, k: int, policy: str) -> dict:
     return out
 
 
-def reachable(texts, k: int) -> float:
+def reachable(texts, first: int, k: int) -> float:
     """The share of the HumanEval requests' generated positions (after the first) whose token
     the copy tree over the text before it has as a child of its root."""
     from lookahead.vllm import LookaheadProposer
@@ -147,7 +162,7 @@ def reachable(texts, k: int) -> float:
     )
     proposer, hits, positions = LookaheadProposer(config), 0, 0
     for r, (text, start) in enumerate(texts):
-        for known in range(start + 1, text.shape[0]) if r >= len(WARMUP) else ():
+        for known in range(start + 1, text.shape[0]) if r >= first else ():
             tokens, parents, _, _ = proposer.drafter.tree(text[:known])
             hits += bool(tree_accepts(tokens, parents, text[known:], 1))
             positions += 1
@@ -160,19 +175,28 @@ def main() -> None:
     p.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
+    p.add_argument(
+        "--run", choices=("batch1", "sessions"), default="batch1", help="which of the check's runs is counted"
+    )
     args = p.parse_args()
-    texts = greedy_texts(args.limit, args.tokens)
-    new = sum(t.shape[0] - s for t, s in texts[len(WARMUP) :])
-    print(f"{len(texts)} requests ({len(WARMUP)} warm-up), {new} new tokens in the HumanEval ones, k={args.k}")
+    from transformers import AutoTokenizer
+
+    from lookahead.default_model import default_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    prompts, first = check_prompts(args.run, args.limit, args.tokens, tokenizer)
+    texts = greedy_texts(prompts, args.tokens, tokenizer)
+    new = sum(t.shape[0] - s for t, s in texts[first:])
+    print(f"{len(texts)} requests, {len(texts) - first} counted ({args.run}), {new} new tokens in them, k={args.k}")
     for policy in ("ngram", "proposer", "chain", "tree"):
-        found = walk(texts, args.k, policy)
+        found = walk(texts, first, args.k, policy)
         extra = "".join(
             f", {key} {value:.1%}" if isinstance(value, float) else f", {key} {value}"
             for key, value in found.items()
             if key not in ("steps", "tokens", "tokens_per_step")
         )
         print(f"{policy:<9} {found['tokens_per_step']:.2f} tokens/step ({found['tokens']} in {found['steps']}){extra}")
-    print(f"reachable: {reachable(texts, args.k):.1%} of the generated positions (after each request's first)")
+    print(f"reachable: {reachable(texts, first, args.k):.1%} of the generated positions (after each request's first)")
 
 
 if __name__ == "__main__":
