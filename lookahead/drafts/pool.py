@@ -6,6 +6,7 @@ import numpy as np
 
 from lookahead import files
 from lookahead.drafts import kernels
+from lookahead.drafts.learnt import learnt_arrays, read_learnt
 from lookahead.drafts.suffix import SuffixIndex
 
 RECENT_TOKENS = 4096  # the recent texts' index may grow this far before the bulk is rebuilt
@@ -57,9 +58,9 @@ class NgramPool:
         self._settled_end = 0  # where the settled part ends in the history (after eviction)
         self._evicted = 0  # tokens evicted since the bulk was built
         self._recent: SuffixIndex | None = None
-        # kept with the pool for later requests, in memory only (``save`` writes n-grams and
-        # history): the recycled successors (``drafts.successors.SuccessorTable``) and what the
-        # draft budget learnt, by rule and bins (``drafts.budget.DraftBudget.carry``)
+        # kept with the pool for later requests (and in its file, ``drafts.learnt``): the
+        # recycled successors (``drafts.successors.SuccessorTable``) and what the draft budget
+        # learnt, by rule and bins (``drafts.budget.DraftBudget.carry``)
         self.successors = None
         self.budgets: dict = {}
         # the fingerprint of the tokenizer its ids come from ("" while unknown): read from a
@@ -166,9 +167,9 @@ class NgramPool:
         return self._out[:n], paired
 
     def save(self, path, tokenizer=None) -> None:
-        """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle),
-        marked with ``tokenizer``'s fingerprint where given, so that a load with another
-        tokenizer is refused."""
+        """Write the pool to ``path`` as a numpy ``.npz`` archive (plain arrays, no pickle):
+        its n-grams, history, successors and the budget's counts, marked with ``tokenizer``'s
+        fingerprint where given, so that a load with another tokenizer is refused."""
         np.savez(
             path,
             keys=self._keys,
@@ -179,6 +180,7 @@ class NgramPool:
             shape=np.array([self.ngram, self.guesses, self.context_tokens]),
             history=self._history,
             history_capacity=np.array(self.history_capacity),
+            **learnt_arrays(self.successors, self.budgets),
             **files.marks("pool", tokenizer, self.vocabulary),
         )
 
@@ -206,6 +208,7 @@ class NgramPool:
             history = np.asarray(data["history"], dtype=np.int64)
             pool._history = history[max(history.shape[0] - pool.history_capacity, 0) :]
         pool._check_values(path)
+        pool.successors, pool.budgets = read_learnt(path, data)
         pool.vocabulary = files.stored_fingerprint(data)
         return pool
 
@@ -221,7 +224,8 @@ class NgramPool:
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise ``ValueError`` when a continuation or history token is not an id of a model
         with ``vocab_size`` ids (a pool filled, or a file written, for another vocabulary)."""
-        for name, array in (("continuations", self._conts), ("history", self._history)):
+        table = self.successors._table if self.successors is not None else np.zeros(0, dtype=np.int32)
+        for name, array in (("continuations", self._conts), ("history", self._history), ("successors", table)):
             if array.size and int(array.max()) >= vocab_size:
                 raise ValueError(
                     f"lookahead_pool holds {name} token id {int(array.max())}, but the model has "

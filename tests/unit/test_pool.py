@@ -174,6 +174,50 @@ def test_history_is_bounded_and_saved(tmp_path):
     assert lookahead.NgramPool(3, 2, history=0).history.shape == (0,)
 
 
+def learnt_pool(path):
+    """A pool that decoded twice on a tiny model (successors and budget counts learnt), saved."""
+    model = tiny_model("llama", "sdpa")
+    pool = NgramPool(5, 2, context_tokens=2)
+    for prompt in ([3, 4, 5, 6, 3, 4, 5], [7, 8, 9, 7, 8]):
+        lookahead.generate(model, torch.tensor([prompt]), lookahead_pool=pool, max_new_tokens=24)
+    pool.save(path)
+    return model, pool
+
+
+def test_a_saved_pool_keeps_its_successors_and_budget_counts(tmp_path):
+    """A server restarted from its pool file starts where it stopped: the recycled successors
+    and what the draft budget learnt come back as they were, and decoding stays greedy."""
+    model, pool = learnt_pool(tmp_path / "p.npz")
+    loaded = NgramPool.load(tmp_path / "p.npz")
+    assert loaded.successors.shape == pool.successors.shape
+    assert (loaded.successors._table == pool.successors._table).all()
+    assert (loaded.successors._scores == pool.successors._scores).all()
+    assert list(loaded.budgets) == list(pool.budgets) and pool.budgets
+    for key, budget in pool.budgets.items():
+        assert (loaded.budgets[key].fed == budget.fed).all() and (loaded.budgets[key].held == budget.held).all()
+    ids = torch.tensor([[3, 4, 5, 6, 3]])
+    expected = model.generate(ids, do_sample=False, max_new_tokens=24)
+    assert lookahead.generate(model, ids, lookahead_pool=loaded, max_new_tokens=24).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"budget_keys": np.array(["__import__('os').getcwd()"])}, "budget key 0 is not a tuple of literals"),
+        ({"budget_0_fed": np.array([-1.0, 2.0])}, "budget 0's counts"),
+        ({"successor_shape": np.array([0, 3])}, "successor_shape"),
+        ({"successor_table": np.full((VOCAB, 4), VOCAB, dtype=np.int32)}, "successor_table"),
+    ],
+    ids=["code-in-a-key", "negative-count", "bad-shape", "id-out-of-range"],
+)
+def test_a_crafted_learnt_part_is_refused_and_runs_nothing(tmp_path, change, message):
+    learnt_pool(tmp_path / "a.npz")
+    data = {**dict(np.load(tmp_path / "a.npz")), **change}
+    np.savez(tmp_path / "b.npz", **data)
+    with pytest.raises(ValueError, match=message):
+        NgramPool.load(tmp_path / "b.npz")
+
+
 def test_a_kept_pool_copies_from_the_previous_request():
     """The second request repeats the first one's text: with the pool kept, its copy guesses
     come from the history (more tokens per forward), and the output stays greedy's."""
