@@ -9,7 +9,9 @@ and managers, as ``transformers serve MODEL`` runs them: this script's ``--serve
 ``kept`` (``lookahead serve``: one pool and recent requests' cache entries across requests),
 ``fresh`` (``lookahead serve --no-keep-pool``: nothing kept) and ``pool-only`` (``lookahead serve
 --prefix-cache-mib 0``: the pool kept, no cache entries). The servers are started anew for
-each workload and round, so every workload starts from an empty pool. Workloads (greedy, streamed):
+each workload and round, so every workload starts from an empty pool. An idle server must not
+spin: with ``OMP_WAIT_POLICY=ACTIVE`` its OpenMP threads busy-wait forever and slow the others.
+Workloads (greedy, streamed):
 
 - ``sessions``: multi-turn sessions, code (``/v1/completions``) and chat
   (``/v1/chat/completions``): each turn re-sends the conversation so far (earlier tasks and the
