@@ -407,3 +407,23 @@ def test_check_calls_a_planted_token_outside_the_support_a_bug(monkeypatch):
     assert m is not None and m.position == 0 and m.verdict is not None, m
     assert m.verdict.kind == "bug" and not result.flip and result.exit_status() == 1, m.verdict
     assert "likely a bug" in "\n".join(result.lines())
+
+
+@given(prompt=prompts, cut=st.floats(0.1, 0.95), options=testing.sampling_options(), seed=st.integers(0, 2**16))
+def test_a_cache_holding_a_prompt_prefix_gives_seeded_generates_tokens(prompt, cut, options, seed):
+    """From a ``DynamicCache`` already holding the prompt's start (as ``lookahead serve`` keeps a
+    conversation's), seeded sampling draws ``model.generate``'s tokens from that cache."""
+    from transformers.cache_utils import DynamicCache
+
+    from lookahead.compat import takes_cache_keyword
+
+    model = tiny_model("llama", "sdpa")
+    ids = prompt if prompt.shape[1] > 1 else torch.cat([prompt, prompt], dim=1)
+    prefix = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=ids[:, : max(1, int(cut * (ids.shape[1] - 1)))], cache=prefix, use_cache=True)
+    keyword = "cache" if takes_cache_keyword(model) else "past_key_values"
+    kwargs = dict(do_sample=True, max_new_tokens=16, pad_token_id=PAD, **options)
+    expected, _ = seeded(model.generate, seed, ids, **{keyword: copy.deepcopy(prefix)}, **kwargs)
+    got, _ = seeded(lookahead.generate, seed, model, ids, **{keyword: copy.deepcopy(prefix)}, **kwargs)
+    assert got.tolist() == expected.tolist()
