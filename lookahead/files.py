@@ -117,6 +117,20 @@ def check_like(path, name: str, array: np.ndarray, held: np.ndarray) -> None:
         )
 
 
+def read_ints(path, name: str, array: np.ndarray | None, count: int | None, low: int | None = None, meaning: str = ""):
+    """The ints a file's small ``array`` holds: ``count`` of them (a tuple), or with ``count``
+    None one scalar (an int); each at least ``low`` where given. ``ValueError`` naming the array
+    and what it must hold otherwise (``meaning``: what the ints are, for the message)."""
+    shape = () if count is None else (count,)
+    wanted = ("be one int" if count is None else f"hold {count} ints") + (f" >= {low}" if low is not None else "")
+    wanted += f" ({meaning})" if meaning else ""
+    integer = array is not None and array.shape == shape and np.issubdtype(array.dtype, np.integer)
+    if not integer or (low is not None and array.size and int(array.min()) < low):
+        shown = int(array) if integer and count is None else repr(array)
+        raise ValueError(f"{path}: {name!r} must {wanted}, got {shown}")
+    return int(array) if count is None else tuple(int(x) for x in array)
+
+
 def check_bounds(path, name: str, array: np.ndarray, low: int, high: int | None = None) -> None:
     """A file is input: ``ValueError`` unless every value of ``array`` lies in ``[low, high]``
     (``high`` None: no upper bound), as the kernels that index with it need."""

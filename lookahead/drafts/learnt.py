@@ -51,10 +51,8 @@ def read_learnt(path, data: dict) -> tuple[SuccessorTable | None, dict]:
     files, or a pool that never decoded); ``ValueError`` naming the array for anything amiss."""
     successors = None
     if "successor_table" in data:
-        table, scores, shape = data["successor_table"], data.get("successor_scores"), data.get("successor_shape")
-        if shape is None or shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer) or shape.min() < 1:
-            raise ValueError(f"{path}: 'successor_shape' must hold 2 ints >= 1 (k, length), got {shape!r}")
-        k, length = (int(x) for x in shape)
+        table, scores = data["successor_table"], data.get("successor_scores")
+        k, length = files.read_ints(path, "successor_shape", data.get("successor_shape"), 2, 1, "k, length")
         if table.ndim != 2 or table.shape[1] != k:
             raise ValueError(f"{path}: 'successor_table' must be [vocab, {k}], got {table.shape}")
         successors = SuccessorTable(table.shape[0], k, length)

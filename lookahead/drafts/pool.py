@@ -190,21 +190,15 @@ class NgramPool:
         anything but such a pool (made for ``tokenizer``, where both name one) raises
         ``ValueError`` naming what it is not."""
         data = files.read(path, "pool", ("keys", "stamps", "counts", "conts", "clock", "shape"), tokenizer)
-        shape = data["shape"]
-        if shape.shape != (3,) or not np.issubdtype(shape.dtype, np.integer):
-            raise ValueError(f"{path}: array 'shape' must hold 3 ints (ngram, guesses, context tokens), got {shape!r}")
-        ngram, guesses, context_tokens = (int(x) for x in shape)
+        ngram, guesses, context_tokens = files.read_ints(
+            path, "shape", data["shape"], 3, None, "ngram, guesses, context tokens"
+        )
         pool = cls(ngram, guesses, data["keys"].shape[0], context_tokens)
         for name in ("keys", "stamps", "counts", "conts", "clock"):
             files.check_like(path, name, data[name], getattr(pool, f"_{name}"))
             getattr(pool, f"_{name}")[...] = data[name]
         if "history" in data:  # files written before the history was kept have none
-            capacity = data.get("history_capacity")
-            if capacity is None or capacity.shape != () or not np.issubdtype(capacity.dtype, np.integer):
-                raise ValueError(f"{path}: 'history_capacity' must be one int >= 0, got {capacity!r}")
-            if int(capacity) < 0:
-                raise ValueError(f"{path}: 'history_capacity' must be one int >= 0, got {int(capacity)}")
-            pool.history_capacity = int(capacity)
+            pool.history_capacity = files.read_ints(path, "history_capacity", data.get("history_capacity"), None, 0)
             history = np.asarray(data["history"], dtype=np.int64)
             pool._history = history[max(history.shape[0] - pool.history_capacity, 0) :]
         pool._check_values(path)
