@@ -57,13 +57,13 @@ class PrefixCaches:
                 shared = _common_prefix(held, tokens)
                 if shared > common:
                     best, common = key, shared
-            if best is None or min(common, len(tokens) - 1) < MIN_TOKENS:
+            keep = min(common, len(tokens) - 1)
+            if best is None or keep < MIN_TOKENS:
                 return None, 0
-            held, cache, _size = self._entries.pop(best)
-        keep = min(common, len(tokens) - 1)
-        if cache.get_seq_length() > keep:
+            _held, cache, _size = self._entries.pop(best)
+            self.reused_tokens += keep
+        if cache.get_seq_length() > keep:  # the cache is this request's alone now: cut outside the lock
             cache.crop(keep - cache.get_seq_length())  # a negative count: entries dropped from the end
-        self.reused_tokens += keep
         return cache, keep
 
     def keep(self, cache: DynamicCache, sequence: torch.Tensor) -> None:
