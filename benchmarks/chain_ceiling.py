@@ -104,16 +104,22 @@ def chain_accepts(draft, truth: np.ndarray) -> int:
     return n
 
 
-def walk(texts, first: int, k: int, policy: str) -> dict:
-    """Steps of one policy over every request in order: tokens per step, drafted and held."""
+def new_proposer(k: int):
+    """``LookaheadProposer`` as vLLM builds it, for drafts of at most ``k`` tokens."""
     from lookahead.vllm import LookaheadProposer
-    from lookahead.vllm.chain import best_chain
 
     config = SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=k),
         model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN),
     )
-    proposer = LookaheadProposer(config)  # its drafter and history serve every policy
+    return LookaheadProposer(config)
+
+
+def walk(texts, first: int, k: int, policy: str) -> dict:
+    """Steps of one policy over every request in order: tokens per step, drafted and held."""
+    from lookahead.vllm.chain import best_chain
+
+    proposer = new_proposer(k)  # its drafter and history serve every policy
     steps = generated = drafted = held = 0
     buffer = np.zeros((1, MAX_MODEL_LEN), dtype=np.int64)
     for r, (text, start) in enumerate(texts):
@@ -154,13 +160,8 @@ def walk(texts, first: int, k: int, policy: str) -> dict:
 def reachable(texts, first: int, k: int) -> float:
     """The share of the HumanEval requests' generated positions (after the first) whose token
     the copy tree over the text before it has as a child of its root."""
-    from lookahead.vllm import LookaheadProposer
 
-    config = SimpleNamespace(
-        speculative_config=SimpleNamespace(num_speculative_tokens=k),
-        model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN),
-    )
-    proposer, hits, positions = LookaheadProposer(config), 0, 0
+    proposer, hits, positions = new_proposer(k), 0, 0
     for r, (text, start) in enumerate(texts):
         for known in range(start + 1, text.shape[0]) if r >= first else ():
             tokens, parents, _, _ = proposer.drafter.tree(text[:known])

@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -231,7 +232,7 @@ class Engine:
         self.method = method
         cmd = [sys.executable, __file__, "--serve", method, "--tokens", str(args.tokens), "--k", str(args.k)]
         cmd += ["--prompts", args.prompts]
-        self.log = open(f"{os.environ.get('TMPDIR', '/tmp')}/vllm_check-{method}.log", "w")  # noqa: SIM115
+        self.log = open(Path(tempfile.gettempdir()) / f"vllm_check-{method}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
         )
