@@ -44,8 +44,8 @@ def register(sub) -> None:
         description=textwrap.fill(
             "Serve --model (default: the embedded model) with transformers' own server (/v1/chat/completions, "
             "/v1/completions, /v1/responses, /v1/models, /health), lookahead as its generate, one n-gram pool "
-            "kept across requests, and GET /lookahead/stats. Every answer is plain transformers serve's, "
-            "token for token (fp32). Needs pip install 'lookahead-decoding[serve]'.",
+            "and recent requests' caches kept across requests, and GET /lookahead/stats. Every answer is "
+            "plain transformers serve's, token for token (fp32). Needs pip install 'lookahead-decoding[serve]'.",
             88,
         ),
         epilog=EPILOG,
