@@ -3,11 +3,14 @@
 A kept pool is the user's data. It is written to a temporary file beside the target, flushed to
 disk, then renamed over the target (``os.replace`` is atomic on POSIX), so that a crash or a
 ``kill -9`` at any moment leaves at ``path`` either the previous file or the new one, each whole.
+A process killed inside a save leaves its temporary file, named after the target and its pid
+(``.pool.npz.1234.x8a2.tmp``); the next store for that target removes those of dead processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 import threading
@@ -27,7 +30,7 @@ def save_atomic(pool: NgramPool, path: str, tokenizer=None) -> None:
     and synced, then renamed over ``path``; the folder is synced so the rename survives a power
     loss. On any error the temporary file is removed and ``path`` is left as it was."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pool-", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             pool.save(fh, tokenizer)  # a file object: numpy adds no ".npz" to the name
@@ -39,6 +42,36 @@ def save_atomic(pool: NgramPool, path: str, tokenizer=None) -> None:
             os.unlink(tmp)
         raise
     _sync_folder(folder)
+
+
+def remove_stale_temporaries(path: str) -> list[str]:
+    """Remove the temporary files that saves to ``path`` by processes no longer running left
+    (a ``kill -9`` inside a save); a live process's, another server saving there now, stay.
+    Returns the removed paths."""
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix = _temporary_prefix(path)
+    removed = []
+    for tmp in glob.glob(os.path.join(glob.escape(folder), glob.escape(prefix) + "*.tmp")):
+        pid = os.path.basename(tmp)[len(prefix) :].split(".", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+                removed.append(tmp)
+    return removed
+
+
+def _temporary_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}."
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: no signal, only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _sync_folder(folder: str) -> None:
@@ -98,6 +131,8 @@ class PoolStore:
 
     def __init__(self, pool: NgramPool | None, path: str | None, tokenizer, save_every: int):
         self.pool, self.path, self.tokenizer, self.save_every = pool, path, tokenizer, save_every
+        if pool is not None and path is not None:
+            remove_stale_temporaries(path)
         self.saves = 0
         self.last_save: float | None = None
         self.save_error: str | None = None

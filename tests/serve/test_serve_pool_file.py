@@ -18,7 +18,7 @@ import pytest
 
 from lookahead import cli
 from lookahead.drafts.pool import NgramPool
-from lookahead.serve.store import save_atomic
+from lookahead.serve.store import PoolStore, remove_stale_temporaries, save_atomic
 
 from serving import embedded_options, live, need_server_packages
 
@@ -103,9 +103,22 @@ def test_kill_9_during_saves_leaves_a_pool_that_loads(tmp_path):
         assert history.shape[0] == 1 << 20 and int(history[0]) in (3, 4)
         leftovers = [p for p in tmp_path.iterdir() if p.name != "pool.npz"]
         interrupted += bool(leftovers)  # the kill landed inside a save: its temp file stays
-        for p in leftovers:
-            p.unlink()
+        assert sorted(remove_stale_temporaries(str(path))) == sorted(str(p) for p in leftovers)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["pool.npz"]
     assert interrupted, "no kill landed inside a save: the test proved nothing"
+
+
+def test_a_new_store_removes_only_dead_savers_temporaries(tmp_path):
+    path = tmp_path / "pool.npz"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(STOP_TIMEOUT_S)
+    stale = tmp_path / f".pool.npz.{dead.pid}.abc123.tmp"
+    live_one = tmp_path / f".pool.npz.{os.getpid()}.def456.tmp"  # a save in progress: this process runs
+    other = tmp_path / f".other.npz.{dead.pid}.abc123.tmp"  # another target's
+    for p in (stale, live_one, other):
+        p.write_bytes(b"partial")
+    PoolStore(NgramPool(5, 2), str(path), None, 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live_one.name, other.name])
 
 
 def test_sigterm_saves_the_pool_and_a_reload_is_still_exact(tmp_path, servers):
