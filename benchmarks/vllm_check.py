@@ -285,16 +285,18 @@ def report(results: dict) -> int:
         tokens = " + ".join(str(res[b]["tokens"]) for b in runs)
         print(f"{method:<10} {speeds} {accept:>11}  {'yes' if same else 'NO'} ({tokens} tokens)")
     print("all methods give plain vLLM's greedy tokens" if ok else "MISMATCH: a method changed the tokens")
-    print(
-        f"\nbatch 1: {'drafts':>7} {'tokens drafted':>15} {'accepted':>9}  (a draft: one request's step that drafted)"
-    )
-    for method, res in results.items():
-        spec = res["batch1"].get("spec", {})
-        drafts = spec.get("steps", 0)
-        if drafts:
-            print(
-                f"  {method:<9} {drafts:>7} {spec['draft'] / drafts:>11.2f} each {spec['accepted'] / drafts:>5.2f} each"
-            )
+    print(f"\n{'':<19} {'drafts':>7} {'drafted':>8} {'held':>5} {'steps':>6} {'tok/step':>8}")
+    for run in ("batch1", "sessions"):
+        for method, res in results.items():
+            spec = res[run].get("spec", {})
+            drafts = spec.get("steps", 0)
+            if drafts:
+                steps = res[run]["tokens"] - spec["accepted"]  # each step: what held, and one token more
+                print(
+                    f"{run:<9} {method:<9} {drafts:>7} {spec['draft'] / drafts:>8.2f} "
+                    f"{spec['accepted'] / drafts:>5.2f} {steps:>6} {res[run]['tokens'] / steps:>8.2f}"
+                )
+    print("(drafts: a request's steps that drafted; drafted and held: tokens per such step)")
     return 0 if ok else 1
 
 
