@@ -37,7 +37,7 @@ def learnt_arrays(successors: SuccessorTable | None, budgets: dict) -> dict[str,
     """The arrays :meth:`NgramPool.save` adds: the successor table, and each budget's key and counts."""
     out: dict[str, np.ndarray] = {}
     if successors is not None:
-        out["successor_table"], out["successor_scores"] = successors._table, successors._scores
+        out["successor_table"], out["successor_scores"] = successors.arrays()
         out["successor_shape"] = np.array(successors.shape[1:])  # (k, length)
     out["budget_keys"] = np.array([repr(key) for key in budgets], dtype=str)
     for i, budget in enumerate(budgets.values()):
@@ -56,12 +56,13 @@ def read_learnt(path, data: dict) -> tuple[SuccessorTable | None, dict]:
         if table.ndim != 2 or table.shape[1] != k:
             raise ValueError(f"{path}: 'successor_table' must be [vocab, {k}], got {table.shape}")
         successors = SuccessorTable(table.shape[0], k, length)
-        files.check_like(path, "successor_table", table, successors._table)
+        held_table, held_scores = successors.arrays()
+        files.check_like(path, "successor_table", table, held_table)
         if scores is None:
             raise ValueError(f"{path}: holds 'successor_table' without 'successor_scores'")
-        files.check_like(path, "successor_scores", scores, successors._scores)
+        files.check_like(path, "successor_scores", scores, held_scores)
         files.check_bounds(path, "successor_table", table, -1, table.shape[0] - 1)
-        successors._table[...], successors._scores[...] = table, scores
+        successors.restore(table, scores)
     budgets = {}
     for i, text in enumerate(data.get("budget_keys", np.zeros(0, dtype=str)).tolist()):
         try:

@@ -218,7 +218,7 @@ class NgramPool:
     def check_vocabulary(self, vocab_size: int) -> None:
         """Raise ``ValueError`` when a continuation or history token is not an id of a model
         with ``vocab_size`` ids (a pool filled, or a file written, for another vocabulary)."""
-        table = self.successors._table if self.successors is not None else np.zeros(0, dtype=np.int32)
+        table = self.successors.arrays()[0] if self.successors is not None else np.zeros(0, dtype=np.int32)
         for name, array in (("continuations", self._conts), ("history", self._history), ("successors", table)):
             if array.size and int(array.max()) >= vocab_size:
                 raise ValueError(

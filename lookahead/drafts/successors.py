@@ -53,6 +53,18 @@ class SuccessorTable:
         """``(vocab, k, length)``."""
         return self._table.shape[0], self.k, self.length
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(table, scores)``: int32 and float32 ``[vocab, k]``, the table's own arrays (a pool
+        file saves them; read them, do not write them)."""
+        return self._table, self._scores
+
+    def restore(self, table: np.ndarray, scores: np.ndarray) -> None:
+        """Take the successors a pool file held: ``table`` and ``scores`` shaped as
+        :meth:`arrays` gives them (their values are the caller's to check)."""
+        if table.shape != self._table.shape or scores.shape != self._scores.shape:
+            raise ValueError(f"successors of shape {self._table.shape}, got {table.shape} and {scores.shape}")
+        self._table[...], self._scores[...] = table, scores
+
     def update(self, fed: torch.Tensor, logits: torch.Tensor) -> None:
         """Recycle one forward: ``fed`` long ``[q]`` tokens, ``logits`` ``[q, V]`` after them."""
         top = logits.float().topk(self.k, dim=-1)

@@ -135,3 +135,13 @@ def test_successors_alone_compress_a_repeating_text():
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert stats.tokens_per_forward > 1.5
+
+
+def test_a_restored_table_guesses_as_the_saved_one_and_other_shapes_are_refused():
+    saved = SuccessorTable(8, 2, 3)
+    saved.record(np.array([1, 2, 3]), np.array([[2, 5], [3, 6], [1, 7]]), np.array([[2.0, 1.0]] * 3, np.float32))
+    restored = SuccessorTable(8, 2, 3)
+    restored.restore(*saved.arrays())
+    assert (restored.guesses(1) == saved.guesses(1)).all() and (saved.guesses(1) >= 0).any()
+    with pytest.raises(ValueError, match=r"successors of shape \(8, 3\), got \(8, 2\)"):
+        SuccessorTable(8, 3, 3).restore(*saved.arrays())
