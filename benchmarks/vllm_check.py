@@ -291,12 +291,15 @@ def report(results: dict) -> int:
             spec = res[run].get("spec", {})
             drafts = spec.get("steps", 0)
             if drafts:
-                steps = res[run]["tokens"] - spec["accepted"]  # each step: what held, and one token more
+                # each step: what held, and one token more; vLLM counts what held before cutting
+                # at max_tokens or EOS, so this runs low
+                steps = res[run]["tokens"] - spec["accepted"]
                 print(
                     f"{run:<9} {method:<9} {drafts:>7} {spec['draft'] / drafts:>8.2f} "
                     f"{spec['accepted'] / drafts:>5.2f} {steps:>6} {res[run]['tokens'] / steps:>8.2f}"
                 )
-    print("(drafts: a request's steps that drafted; drafted and held: tokens per such step)")
+    print("(drafts: a request's steps that drafted; drafted and held: tokens per such step; steps: tokens - held,")
+    print(" low where drafts held past a request's end, which vLLM counts as held)")
     return 0 if ok else 1
 
 
