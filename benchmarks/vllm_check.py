@@ -67,10 +67,10 @@ def spec_config(method: str, k: int):
 
 
 def spec_counts(llm) -> dict:
-    """vLLM's spec-decode counters so far: ``steps`` (drafts: a request's step that drafted), ``draft``
+    """vLLM's spec-decode counters so far: ``drafts`` (a request's steps that drafted), ``draft``
     (drafted tokens) and ``accepted`` tokens."""
     names = {
-        "vllm:spec_decode_num_drafts": "steps",
+        "vllm:spec_decode_num_drafts": "drafts",
         "vllm:spec_decode_num_draft_tokens": "draft",
         "vllm:spec_decode_num_accepted_tokens": "accepted",
     }
@@ -218,7 +218,7 @@ def main() -> int:
     return report(results)
 
 
-SPEC = ("steps", "draft", "accepted")
+SPEC = ("drafts", "draft", "accepted")
 
 
 class EngineFailed(RuntimeError):
@@ -289,7 +289,7 @@ def report(results: dict) -> int:
     for run in ("batch1", "sessions"):
         for method, res in results.items():
             spec = res[run].get("spec", {})
-            drafts = spec.get("steps", 0)
+            drafts = spec.get("drafts", 0)
             if drafts:
                 # each step: what held, and one token more; vLLM counts what held before cutting
                 # at max_tokens or EOS, so this runs low
