@@ -120,7 +120,8 @@ def build_app(options: ServeOptions, lookahead: bool = True, runner: Runner | No
     if lookahead:
         _add_routes(app, models, runner)
         if options.warmup:
-            warm_up(models, options.model_dir, runner)
+            manager = state.get_manager(models.process_model_name(options.model_dir))
+            manager.submit(warm_up, models, options.model_dir, runner).result()
     return Served(app, models, runner if lookahead else None)
 
 
@@ -162,7 +163,12 @@ def warm_up(models, model_dir: str, runner: Runner) -> None:
     """Decode a few greedy tokens with a throwaway pool before serving: the kernels compile and
     the cost curve is measured now, not in the first request (no seed is drawn from; the kept
     pool and the stats are untouched). A model lookahead cannot decode is a ``ValueError`` (exit
-    status 2) unless ``fallback``, which then serves every request with plain ``generate``."""
+    status 2) unless ``fallback``, which then serves every request with plain ``generate``.
+
+    It runs on the inference thread that decodes the requests (:func:`build_app` submits it
+    there), never on the main thread: GNU OpenMP keeps a team of threads for every thread that
+    ran a parallel region, and with more of its threads alive than cores it stops spinning
+    between regions, so each of a forward's regions would wait for a sleeping worker to wake."""
     import lookahead
 
     model, processor = models.load_model_and_processor(models.process_model_name(model_dir))

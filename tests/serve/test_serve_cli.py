@@ -3,12 +3,14 @@ default, ``--continuous-batching`` refused with the reason."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from test_serve_exact import complete
 
 from lookahead import cli
 
-from serving import live, need_server_packages
+from serving import embedded_options, live, need_server_packages
 
 
 @pytest.mark.parametrize(
@@ -76,3 +78,26 @@ def test_a_model_lookahead_cannot_decode_is_refused_at_start_or_served_plain(tmp
     with live(look, folder) as a, live(plain, folder) as b:
         assert complete(a, False, prompt="abcab", max_tokens=6) == complete(b, False, prompt="abcab", max_tokens=6)
     assert look.runner.stats.as_dict()["outcomes"]["fallback"] == 1
+
+
+def test_the_warm_up_decodes_on_the_thread_that_serves_the_requests(monkeypatch):
+    """Not on the main thread: GNU OpenMP keeps a team of worker threads for each thread that
+    ran a parallel region, and with more of them alive than cores its workers stop spinning
+    between regions (every forward then waits on sleeping workers, measured 6-10% slower)."""
+    need_server_packages()
+    import lookahead
+    from lookahead.serve.app import build_app
+
+    decoding_threads, real = [], lookahead.generate
+
+    def recording(*args, **kwargs):
+        decoding_threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lookahead, "generate", recording)
+    options = embedded_options()
+    served = build_app(options)
+    assert len(decoding_threads) == 1 and decoding_threads[0] != threading.get_ident()  # the warm-up
+    with live(served, options.model_dir) as server:
+        assert complete(server, stream=False, max_tokens=4)[1] == "length"
+    assert decoding_threads == [decoding_threads[0]] * 2
