@@ -110,6 +110,40 @@ def check_model_dir(path: str) -> None:
         raise UsageError(f"--model {path!r}: no *.safetensors weights in it (lookahead serve loads safetensors only)")
 
 
+# what lookahead.serve takes from transformers.cli.serving: transformers 5.20-5.24 have it all
+# (5.19 has no systemone; 5.25 rebuilt the package without GenerateManager)
+SERVING_API = (
+    "chat_completion.ChatCompletionHandler",
+    "completion.CompletionHandler",
+    "model_manager.ModelManager",
+    "response.ResponseHandler",
+    "server.build_server",
+    "systemone.SystemOneHandler",
+    "transcription.TranscriptionHandler",
+    "utils.GenerateManager",
+    "utils.GenerationState",
+)
+
+
+def _check_serving_api() -> None:
+    """A transformers whose serving code lacks a piece ``lookahead.serve`` extends: a clear
+    exit 2 naming it and the versions that have it all, not a traceback."""
+    import importlib
+
+    import transformers
+
+    for path in SERVING_API:
+        module, name = path.rsplit(".", 1)
+        try:
+            getattr(importlib.import_module(f"transformers.cli.serving.{module}"), name)
+        except (ImportError, AttributeError) as err:
+            raise UsageError(
+                f"lookahead serve extends the serving code of transformers 5.20-5.24 (tested: 5.24); "
+                f"transformers {transformers.__version__} has no transformers.cli.serving.{path}: "
+                "pip install 'transformers>=5.20,<5.25'"
+            ) from err
+
+
 def run(args) -> int:
     try:
         import fastapi  # noqa: F401
@@ -117,6 +151,7 @@ def run(args) -> int:
     except ImportError as err:
         needs = "pip install 'lookahead-decoding[serve]'"
         raise UsageError(f"lookahead serve needs the server's packages ({err}): {needs}") from err
+    _check_serving_api()
     from lookahead.checking import loading
     from lookahead.default_model import default_model_path
     from lookahead.serve import app

@@ -101,3 +101,16 @@ def test_the_warm_up_decodes_on_the_thread_that_serves_the_requests(monkeypatch)
     with live(served, options.model_dir) as server:
         assert complete(server, stream=False, max_tokens=4)[1] == "length"
     assert decoding_threads == [decoding_threads[0]] * 2
+
+
+def test_a_transformers_without_the_serving_api_it_extends_is_one_line_and_exit_2(monkeypatch, capsys):
+    """transformers 5.25 has no ``GenerateManager`` (5.19 no ``systemone``): exit 2 naming what is
+    missing and the versions that have it."""
+    need_server_packages()
+    import transformers.cli.serving.utils as serving_utils
+
+    monkeypatch.delattr(serving_utils, "GenerateManager")
+    assert cli.main(["serve", "--port", "0"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no transformers.cli.serving.utils.GenerateManager" in err
+    assert "transformers 5.20-5.24" in err and "pip install 'transformers>=5.20,<5.25'" in err
