@@ -114,3 +114,22 @@ def test_a_transformers_without_the_serving_api_it_extends_is_one_line_and_exit_
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no transformers.cli.serving.utils.GenerateManager" in err
     assert "transformers 5.20-5.24" in err and "pip install 'transformers>=5.20,<5.25'" in err
+
+
+def test_the_start_up_check_covers_every_piece_the_server_takes_from_transformers():
+    """``SERVING_API`` is the list the start-up check imports; a new import in ``lookahead/serve``
+    that is not in it would crash older or newer transformers with a traceback again."""
+    import re
+    from pathlib import Path
+
+    from lookahead.cli.serve import SERVING_API
+
+    source = "\n".join(p.read_text() for p in (Path(cli.__file__).parents[1] / "serve").glob("*.py"))
+    pattern = r"from transformers\.cli\.serving\.(\w+) import (?:\(([^)]*)\)|([\w, ]+))"  # (a, b) or a, b
+    taken = {
+        f"{module}.{name.strip()}"
+        for module, grouped, inline in re.findall(pattern, source)
+        for name in (grouped or inline).split(",")
+        if name.strip()
+    }
+    assert taken and taken <= set(SERVING_API)
