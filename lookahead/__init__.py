@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from lookahead.api import LookaheadDecoderOnlyOutput, custom_generate, generate
     from lookahead.config import LookaheadConfig
     from lookahead.default_model import default_model_path, load_default_model
+    from lookahead.drafts.kept import KeptState
     from lookahead.drafts.pool import NgramPool
     from lookahead.drafts.suffix import SuffixIndex
     from lookahead.export import export_custom_generate
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 # compile helper, ``python -m lookahead.warmup``) does not import torch and transformers.
 _HOMES = {
     "CostCurve": "lookahead.step.costmodel",
+    "KeptState": "lookahead.drafts.kept",
     "LookaheadConfig": "lookahead.config",
     "LookaheadDecoderOnlyOutput": "lookahead.api",
     "LookaheadStats": "lookahead.stats",
@@ -40,6 +42,7 @@ _HOMES = {
 }
 __all__ = [
     "CostCurve",
+    "KeptState",
     "LookaheadConfig",
     "LookaheadDecoderOnlyOutput",
     "LookaheadStats",

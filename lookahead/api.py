@@ -19,19 +19,19 @@ from lookahead.arguments import (
     check_inputs,
     check_streamer,
     check_tokenizer,
+    kept_state,
     stop_strings_to_criteria,
 )
 from lookahead.compat import cache_keyword, output_cache_field, rename_cache_input
 from lookahead.config import LookaheadConfig
-from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.kept import KeptState
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.runtime.calibration import cost_curve
 from lookahead.runtime.sdpa import without_cudnn
 from lookahead.runtime.static import ready, static_steps
 from lookahead.stats import LookaheadStats
-from lookahead.step.batch import batch_decode
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.decode import lookahead_decode
+from lookahead.step.loop import decode
 from lookahead.support import Unsupported, check_model, check_request, plain_generate
 from lookahead.verify.rules import rule_for
 from lookahead.warmup import warm_kernels
@@ -50,7 +50,7 @@ def generate(
     *,
     lookahead_config: LookaheadConfig | None = None,
     lookahead_stats: LookaheadStats | None = None,
-    lookahead_pool: NgramPool | None = None,
+    lookahead_pool: KeptState | None = None,
     lookahead_costs: CostCurve | None = None,
     lookahead_index: SuffixIndex | None = None,
     streamer=None,
@@ -69,10 +69,9 @@ def generate(
         lookahead_stats: a ``LookaheadStats`` to fill with forwards, tokens per forward,
             accepted-length histogram, pool hits and timings. With
             ``return_dict_in_generate=True`` the output also carries them.
-        lookahead_pool: an ``NgramPool(ngram, guesses)`` to use and keep filling, so that
-            what one request taught helps the next: its n-grams, finished texts, recycled
-            successors and the draft budget's learnt chances (the default is a fresh pool per
-            call).
+        lookahead_pool: a ``KeptState`` to use and keep filling, so that what one request
+            taught helps the next: its n-grams, finished texts, recycled successors and the
+            draft budget's learnt chances (the default is a fresh one per call).
         lookahead_costs: a ``CostCurve``: what a forward over k tokens costs relative to one,
             which the draft budget weighs guesses against (for a batch of B rows: a
             forward over ``[B, k]`` against one over ``[B, 1]``). Default: measured once per
@@ -81,8 +80,8 @@ def generate(
         lookahead_index: a ``SuffixIndex`` over a corpus (``lookahead index build``, then
             ``SuffixIndex.load(path)``) that the copy guess also drafts from: the code base a
             code assistant works in, say. It is only read, so processes may share one.
-            With ``tokenizer=``, a pool or index made with another tokenizer (its fingerprint,
-            ``.vocabulary``, differs) is a ``ValueError``.
+            With ``tokenizer=``, a kept state or index made with another tokenizer (its
+            fingerprint, ``.vocabulary``, differs) is a ``ValueError``.
         generator: a ``torch.Generator`` for ``do_sample=True`` (default: torch's global RNG,
             which ``generate`` uses: under ``torch.manual_seed(s)`` the tokens are seeded
             ``model.generate``'s, batches included).
@@ -109,6 +108,7 @@ def generate(
     if "custom_generate" in kwargs:
         raise ValueError("custom_generate cannot be combined with lookahead.generate, which sets it")
     check_inputs(inputs, kwargs)
+    lookahead_pool = kept_state(lookahead_pool)
     check_tokenizer(kwargs.get("tokenizer"), lookahead_pool, lookahead_index)
     stop_strings_to_criteria(kwargs)
     return model.generate(
@@ -166,7 +166,8 @@ def custom_generate(
     config = lookahead_config if lookahead_config is not None else LookaheadConfig()
     stats = lookahead_stats if lookahead_stats is not None else LookaheadStats()
     streamer = lookahead_streamer if lookahead_streamer is not None else streamer
-    check_decoding(model, input_ids, model_kwargs.get("attention_mask"), config, lookahead_pool, lookahead_index)
+    kept = kept_state(lookahead_pool)
+    check_decoding(model, input_ids, model_kwargs.get("attention_mask"), config, kept, lookahead_index)
     check_costs(lookahead_costs)
     check_streamer(streamer, input_ids)
     check_request(generation_config)
@@ -188,35 +189,39 @@ def custom_generate(
     keep_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
     rows = input_ids.shape[0]
     rule = rule_for(generation_config, logits_processor, lookahead_generator, rows, keep_scores or keep_logits)
-    with without_cudnn(model, config.cudnn_attention):  # calibration and decode alike
-        costs = _costs(model, config, lookahead_costs, rows)
-        static = static_steps(model, input_ids, model_kwargs, generation_config, config)
-        if static is not None:
-            given, sharded = lookahead_costs is not None, distributed.is_sharded(model)
-            costs = ready(static, costs, rows, given=given, sharded=sharded, stats=stats)
-        decoding = dict(rule=rule, stopping_criteria=stopping_criteria, config=config, stats=stats, pool=lookahead_pool)
-        decoding.update(
-            costs=costs, static=static, index=lookahead_index, keep_scores=keep_scores, keep_logits=keep_logits
-        )
-        if rows > 1:
-            sequences, scores, logits = batch_decode(
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    try:
+        with without_cudnn(model, config.cudnn_attention):  # calibration and decode alike
+            costs = _costs(model, config, lookahead_costs, rows)
+            static = static_steps(model, input_ids, model_kwargs, generation_config, config)
+            if static is not None:
+                given, sharded = lookahead_costs is not None, distributed.is_sharded(model)
+                costs = ready(static, costs, rows, given=given, sharded=sharded, stats=stats)
+            sequences, scores, logits, cache = decode(
                 model,
                 input_ids,
                 attention_mask=model_kwargs.get("attention_mask"),
+                position_ids=model_kwargs.get("position_ids"),
+                cache=model_kwargs.get("cache"),
+                rule=rule,
+                stopping_criteria=stopping_criteria,
+                config=config,
+                stats=stats,
+                kept=kept if kept is not None else KeptState(),
+                costs=costs,
+                static=static,
+                index=lookahead_index,
                 pad=_pad_token(generation_config),
                 pad_after_stop=any(hasattr(c, "eos_token_id") for c in stopping_criteria),
-                **decoding,
+                keep_scores=keep_scores,
+                keep_logits=keep_logits,
+                streamer=streamer,
             )
-            return _output(generation_config, stats, started, sequences, scores, logits, None)
+    finally:
         if streamer is not None:
-            streamer.put(input_ids.cpu())
-        try:
-            seq = lookahead_decode(model, input_ids, streamer=streamer, **decoding, **model_kwargs)
-        finally:
-            if streamer is not None:
-                streamer.end()
-    cache = model_kwargs.get("cache")
-    return _output(generation_config, stats, started, seq.ids.clone(), seq.scores, seq.logits, cache)
+            streamer.end()
+    return _output(generation_config, stats, started, sequences, scores, logits, cache)
 
 
 def _output(generation_config, stats: LookaheadStats, started: float, sequences, scores, logits, cache):
@@ -242,7 +247,7 @@ def _pad_token(generation_config) -> int | None:
 
 def _costs(model, config: LookaheadConfig, given: CostCurve | None, rows: int) -> CostCurve | None:
     """The curve the draft budget needs (none for the classic shape), for batches of ``rows``."""
-    if given is not None or not config.adaptive or config.method != "lookahead":
+    if given is not None or config.classic:
         return given
     return cost_curve(model, rows=rows)
 

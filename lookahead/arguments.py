@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 from transformers.generation.stopping_criteria import StoppingCriteriaList, StopStringCriteria
 
 from lookahead import files
 from lookahead.config import LookaheadConfig
+from lookahead.drafts.kept import KeptState
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.step.costmodel import CostCurve
@@ -70,10 +72,29 @@ def check_generator_device(model, generator: torch.Generator) -> None:
         )
 
 
-def check_pool(pool, config: LookaheadConfig) -> None:
+def kept_state(pool) -> KeptState | None:
+    """``lookahead_pool=`` as a ``KeptState``: itself, or for an ``NgramPool`` (what lookahead
+    0.1 kept across calls), with a ``DeprecationWarning``, the state made for that pool at its
+    first use and kept on it, so that its history and what the budget learnt still carry from
+    call to call."""
+    if pool is None or isinstance(pool, KeptState):
+        return pool
     if not isinstance(pool, NgramPool):
-        raise TypeError(f"lookahead_pool must be a lookahead.NgramPool, got {type(pool).__name__}")
-    if (pool.ngram, pool.guesses) != (config.ngram, config.guesses):
+        raise TypeError(f"lookahead_pool must be a lookahead.KeptState, got {type(pool).__name__}")
+    warnings.warn(
+        "lookahead_pool=NgramPool(...) is deprecated: pass a lookahead.KeptState, which keeps the n-grams, "
+        "the finished texts, the successors and what the draft budget learnt (KeptState(pool) wraps this pool)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if "_kept" not in pool.__dict__:  # the pool's own state, for every later call it is passed to
+        pool.__dict__["_kept"] = KeptState(pool)
+    return pool.__dict__["_kept"]
+
+
+def check_kept(kept: KeptState, config: LookaheadConfig) -> None:
+    pool = kept.pool
+    if config.uses_pool and pool is not None and (pool.ngram, pool.guesses) != (config.ngram, config.guesses):
         raise ValueError(
             f"lookahead_pool holds ngram={pool.ngram}, guesses={pool.guesses}, but lookahead_config has "
             f"ngram={config.ngram}, guesses={config.guesses}; they must match"
@@ -103,7 +124,7 @@ def check_tokenizer(tokenizer, pool, index) -> None:
     if tokenizer is None:
         return
     for name, held in (("lookahead_pool", pool), ("lookahead_index", index)):
-        if not isinstance(held, (NgramPool, SuffixIndex)):
+        if not isinstance(held, (KeptState, SuffixIndex)):
             continue  # None, or a wrong type that check_decoding names
         mine = files.fingerprint_of(tokenizer)
         if not held.vocabulary:
@@ -115,14 +136,15 @@ def check_tokenizer(tokenizer, pool, index) -> None:
             )
 
 
-def check_decoding(model, input_ids, attention_mask, config: LookaheadConfig, pool, index) -> None:
-    """What ``custom_generate`` is handed besides ``generate``'s own arguments: a pool that
-    matches the config and the model's vocabulary, an index of that vocabulary, left padding."""
-    if pool is not None:
-        check_pool(pool, config)
+def check_decoding(model, input_ids, attention_mask, config: LookaheadConfig, kept: KeptState | None, index) -> None:
+    """What ``custom_generate`` is handed besides ``generate``'s own arguments: a kept state
+    that matches the config and the model's vocabulary, an index of that vocabulary, left
+    padding."""
+    if kept is not None:
+        check_kept(kept, config)
         vocab = getattr(model.config, "vocab_size", None)
         if vocab:
-            pool.check_vocabulary(int(vocab))
+            kept.check_vocabulary(int(vocab))
     check_index(index, model)
     check_padding(input_ids, attention_mask)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 
-ENGINE_METHODS = ("lookahead", "jacobi")  # the decoding methods lookahead.generate runs
+# the decoding methods lookahead.generate runs: the draft budget's choice each step, the
+# published fixed shape (the window's levels and every source's whole guesses), plain Jacobi
+ENGINE_METHODS = ("lookahead", "classic", "jacobi")
 ON_UNSUPPORTED = ("error", "fallback")
 
 
@@ -31,8 +34,13 @@ class LookaheadConfig:
             N - 1 levels (Jacobi iterations) and every guess is N - 1 tokens long.
         guesses: G, the most candidate continuations verified per step, and the most kept per
             key in the n-gram pool. 0 turns verification of pool guesses off.
-        method: ``"lookahead"`` (window + pool + verification) or ``"jacobi"`` (plain Jacobi
-            decoding: one level of guesses iterated to its fixed point, no pool).
+        method: ``"lookahead"`` (the default: each step feeds the draft budget's choice of
+            nodes from every source, the window's free-iteration row among them, as many as
+            pay for their forward by the tokens they are expected to add per unit of
+            calibrated forward cost on this model and machine, possibly none: a plain step),
+            ``"classic"`` (the published fixed shape every step: the window's levels and every
+            source's whole guesses, no budget; ``lookahead/step/classic.py``) or ``"jacobi"``
+            (plain Jacobi decoding: one level of guesses iterated to its fixed point, no pool).
         pool_capacity: how many distinct keys the n-gram pool holds (rounded up to a power of
             two). A full neighbourhood evicts its least recently touched key, so memory stays
             bounded at ``pool_capacity * guesses * (ngram - 1)`` int32 tokens.
@@ -58,12 +66,8 @@ class LookaheadConfig:
             sampling the first row follows the stored successors that win each position's
             race with its known noise. 0 = off. The default 4 is the best measured on the
             embedded model (docs/benchmarks.md).
-        adaptive: feed each step the draft budget's choice of nodes from every source (the
-            window's free-iteration row among them), as many as pay for their forward by the
-            tokens they are expected to add per unit of calibrated forward cost on this model
-            and machine, possibly none (a plain step): decoding backs off where guesses stop
-            paying. False feeds every step the published fixed shape (the window's levels and
-            every source's whole guesses). Only for ``method="lookahead"``.
+        adaptive: deprecated, the old switch for the same choice: ``adaptive=False`` is
+            ``method="classic"``.
         static_buckets: on a ``StaticCache`` (``cache_implementation="static"``) every step is
             padded to the smallest of these sizes that holds it, so a compiled forward meets one
             shape per bucket (wider steps run uncompiled). Increasing ints in [1, 1024].
@@ -72,9 +76,8 @@ class LookaheadConfig:
             ``model.generate``.
         cudnn_attention: on CUDA, let ``sdpa`` run cuDNN's attention kernel where PyTorch
             would pick it (half precision on recent GPUs). PyTorch builds a cuDNN plan for
-            every new pair of query and key lengths, and a decode meets a new one every step:
-            on an H200 (torch 2.11) a bf16 forward of the embedded model took 21 ms with it
-            against 4.8 ms without, plain ``generate``'s too. False (the default) runs
+            every new pair of query and key lengths, and a decode meets a new one every step,
+            so each step pays a plan (measured in docs/benchmarks.md). False (the default) runs
             lookahead's forwards on sdpa's other kernels (flash, memory-efficient, math); the
             setting is restored when the call returns. Greedy fp32 outputs are unaffected
             (cuDNN's attention takes half precision only).
@@ -91,12 +94,22 @@ class LookaheadConfig:
     copy_match: int = 16
     copy_min_prob: float = 0.1
     successors: int = 4
-    adaptive: bool = True
+    adaptive: InitVar[bool | None] = None
     static_buckets: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
     on_unsupported: str = "error"
     cudnn_attention: bool = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, adaptive: bool | None = None) -> None:
+        if adaptive is not None:
+            if not isinstance(adaptive, bool):
+                raise TypeError(f"LookaheadConfig.adaptive must be a bool, got {adaptive!r}")
+            warnings.warn(
+                "LookaheadConfig(adaptive=...) is deprecated: adaptive=False is method='classic'",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            if not adaptive and self.method == "lookahead":
+                object.__setattr__(self, "method", "classic")
         _check_int("window", self.window, 0, 256)
         _check_int("ngram", self.ngram, 2, 32)
         _check_int("guesses", self.guesses, 0, 256)
@@ -114,7 +127,7 @@ class LookaheadConfig:
             raise ValueError(
                 f"LookaheadConfig.on_unsupported must be one of {ON_UNSUPPORTED}, got {self.on_unsupported!r}"
             )
-        for flag in ("prompt_ngrams", "adaptive", "cudnn_attention"):
+        for flag in ("prompt_ngrams", "cudnn_attention"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"LookaheadConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
         buckets = self.static_buckets
@@ -142,10 +155,9 @@ class LookaheadConfig:
 
     @property
     def classic(self) -> bool:
-        """Whether steps take the published fixed shape (the window's levels and every
-        source's whole guesses, ``lookahead/step/classic.py``) instead of the draft budget's
-        choice."""
-        return self.method == "jacobi" or not self.adaptive
+        """Whether steps take a fixed shape (``classic`` or ``jacobi``,
+        ``lookahead/step/classic.py``) instead of the draft budget's choice."""
+        return self.method != "lookahead"
 
     @property
     def draft_nodes(self) -> int:
@@ -162,12 +174,12 @@ class LookaheadConfig:
 
     @property
     def uses_pool(self) -> bool:
-        return self.method == "lookahead" and self.guesses > 0
+        return self.method != "jacobi" and self.guesses > 0
 
     @property
     def uses_successors(self) -> bool:
-        return self.method == "lookahead" and self.successors > 0
+        return self.method != "jacobi" and self.successors > 0
 
     @property
     def uses_copy(self) -> bool:
-        return self.method == "lookahead" and self.copy_length > 0
+        return self.method != "jacobi" and self.copy_length > 0

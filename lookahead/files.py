@@ -17,7 +17,7 @@ import zlib
 import numpy as np
 
 _ZIP_MAGIC = b"PK\x03\x04"  # every .npz archive starts as a zip file does
-MADE_BY = {"pool": "NgramPool.save", "suffix index": "lookahead index build, or SuffixIndex.save"}
+MADE_BY = {"pool": "KeptState.save", "suffix index": "lookahead index build, or SuffixIndex.save"}
 
 
 def fingerprint(tokenizer) -> str:

@@ -22,9 +22,8 @@ class LookaheadStats:
         source_tokens: accepted guessed tokens by the source whose guess matched them
             (``window``, ``copy``, ``pool``, ``successors``; ties go to the window,
             then to the first row's source).
-        lean_steps: steps that ran without the window's levels (every step but the classic shape's).
-        window_steps: steps that fed a guess of the Jacobi window (its levels, or the draft
-            budget's choice of its free-iteration row).
+        window_steps: steps that fed a guess of the Jacobi window (the classic shape's level 0,
+            or the draft budget's choice of its free-iteration row).
         plain_steps: steps that fed the last token alone, as plain decoding (a shape that
             found no guess included).
         draft_steps: steps that fed a draft the budget chose.
@@ -48,7 +47,6 @@ class LookaheadStats:
     pool_hits: int = 0
     guess_tokens: int = 0
     source_tokens: dict = field(default_factory=dict)
-    lean_steps: int = 0
     window_steps: int = 0
     plain_steps: int = 0
     draft_steps: int = 0
@@ -93,7 +91,6 @@ class LookaheadStats:
             "pool_hits": self.pool_hits,
             "guess_tokens": self.guess_tokens,
             "source_tokens": dict(self.source_tokens),
-            "lean_steps": self.lean_steps,
             "window_steps": self.window_steps,
             "plain_steps": self.plain_steps,
             "draft_steps": self.draft_steps,

@@ -109,13 +109,11 @@ def _engine():
 
 
 def _kept_pool(lookahead, settings: Settings, config):
-    """The variant's pool when ``keep_pool`` is set (made on first use), else ``None``."""
-    if not (settings.keep_pool and config.uses_pool):
+    """The variant's kept state when ``keep_pool`` is set (made on first use), else ``None``."""
+    if not settings.keep_pool:
         return None
     if "pool" not in settings.state:
-        settings.state["pool"] = lookahead.NgramPool(
-            config.ngram, config.guesses, config.pool_capacity, config.context_tokens
-        )
+        settings.state["pool"] = lookahead.KeptState()
     return settings.state["pool"]
 
 
@@ -141,6 +139,10 @@ def _run_engine(model, input_ids, settings: Settings, method: str):
 
 def run_lookahead(model, input_ids, settings: Settings):
     return _run_engine(model, input_ids, settings, "lookahead")
+
+
+def run_classic(model, input_ids, settings: Settings):
+    return _run_engine(model, input_ids, settings, "classic")
 
 
 def run_jacobi(model, input_ids, settings: Settings):
@@ -205,13 +207,14 @@ def run_suffix_global(model, input_ids, settings: Settings):
 METHODS = {
     "greedy": run_greedy,
     "lookahead": run_lookahead,
+    "classic": run_classic,
     "jacobi": run_jacobi,
     "prompt-lookup": run_prompt_lookup,
     "suffix": run_suffix,
     "suffix-global": run_suffix_global,
 }
 # seeded, these sample model.generate's own tokens (prompt lookup's speculative sampling does not)
-SEED_EXACT = ("greedy", "lookahead", "jacobi")
+SEED_EXACT = ("greedy", "lookahead", "classic", "jacobi")
 SUFFIX_METHODS = ("suffix", "suffix-global")  # need tools/build_suffix_decoding.sh
 BASELINE = "greedy"
 
@@ -222,7 +225,7 @@ def available(name: str) -> bool:
         return False
     if name in SUFFIX_METHODS and METHODS[name] in (run_suffix, run_suffix_global):
         return suffix_unavailable() is None
-    if name in ENGINE_METHODS and METHODS[name] in (run_lookahead, run_jacobi):
+    if name in ENGINE_METHODS and METHODS[name] in (run_lookahead, run_classic, run_jacobi):
         try:
             _engine()
         except MethodUnavailable:
@@ -269,7 +272,6 @@ def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
         "pool_hits": stats.pool_hits,
         "pool_lookups": stats.pool_lookups,
         "guess_tokens": stats.guess_tokens,
-        "lean_steps": getattr(stats, "lean_steps", 0),
         "window_steps": getattr(stats, "window_steps", 0),
         "source_tokens": dict(getattr(stats, "source_tokens", {})),
         "fallback": stats.fallback,

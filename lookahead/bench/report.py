@@ -74,7 +74,6 @@ def _engine_extras(rows) -> dict:
     return {
         "pool_hit_rate": _ratio(sum(e["pool_hits"] for e in extras), sum(e["pool_lookups"] for e in extras)),
         "guess_tokens_per_step": _ratio(sum(e["guess_tokens"] for e in extras), steps),
-        "lean_share": _ratio(sum(e.get("lean_steps", 0) for e in extras), steps),
         "window_share": _ratio(sum(e.get("window_steps", 0) for e in extras), steps),
         "source_tokens": dict(sum((Counter(e.get("source_tokens", {})) for e in extras), Counter()).most_common()),
         "accepted_hist": hist,

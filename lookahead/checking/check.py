@@ -2,7 +2,7 @@
 on the user's own model.
 
 Hypothesis draws random and repetitive prompts from the model's ordinary token ids, random
-``LookaheadConfig``s, EOS lists and logits processors (``lookahead.testing.cases``); each example
+``LookaheadConfig``s, EOS lists and logits processors (``lookahead.checking.examples.cases``); each example
 compares ``lookahead.generate`` with ``model.generate(do_sample=False)``. A mismatch is shrunk to
 a minimal example, reported with the first differing position and plain decoding's top-2 score
 margin there, so that a reduced-precision near-tie can be told from a bug.
@@ -257,7 +257,7 @@ def _check_args(model, examples, seed, max_new_tokens) -> None:
 def _cases(model, tokenizer, max_new_tokens: int, sample: bool = False):
     from hypothesis import strategies as st
 
-    from lookahead import testing
+    from lookahead.checking import examples as testing
 
     tokens = testing.model_token_ids(model, tokenizer)
     eos = testing.eos_ids(tokens)

@@ -282,13 +282,13 @@ def run(args) -> int:
 
 
 def _curve_used(args, model, labels, fields: dict) -> dict | None:
-    """The cost curve adaptive lookahead priced its steps with (its memo, or the cache file
-    it came from) and where it is kept; None where none priced them: no adaptive lookahead
-    ran, or its steps ran compiled (their own bucketed curve) or sharded."""
+    """The cost curve lookahead priced its steps with (its memo, or the cache file it came
+    from) and where it is kept; None where none priced them: lookahead did not run, or its
+    steps ran compiled (their own bucketed curve) or sharded."""
     from lookahead import distributed
     from lookahead.runtime import calibration
 
-    if "lookahead" not in labels or not fields.get("adaptive", True) or args.compile or distributed.is_sharded(model):
+    if "lookahead" not in labels or args.compile or distributed.is_sharded(model):
         return None
     curve = calibration.cost_curve(model, rows=args.batch_size).as_dict()
     return {**curve, "file": str(calibration.default_cache_dir() / "costs.json")}

@@ -83,7 +83,7 @@ def set_option(g) -> None:
         metavar="FIELD=VALUE",
         action="append",
         default=[],
-        help="any other LookaheadConfig field, repeatable, e.g. --set adaptive=false --set copy_length=0",
+        help="any other LookaheadConfig field, repeatable, e.g. --set successors=0 --set copy_length=0",
     )
 
 
@@ -123,7 +123,7 @@ def validate(args) -> None:
 
 
 def parse_set(items: list[str]) -> dict:
-    """``["adaptive=false", "copy_length=0"]`` -> ``{"adaptive": False, "copy_length": 0}``."""
+    """``["prompt_ngrams=false", "copy_length=0"]`` -> ``{"prompt_ngrams": False, "copy_length": 0}``."""
     fields = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -164,7 +164,7 @@ def config_from_args(args, **extra):
 
 
 def make_config(fields: dict):
-    """``LookaheadConfig(**fields)``; a wrongly typed value (e.g. ``adaptive=3``) is a ``UsageError``."""
+    """``LookaheadConfig(**fields)``; a wrongly typed value (e.g. ``prompt_ngrams=3``) is a ``UsageError``."""
     from lookahead.config import LookaheadConfig
 
     try:

@@ -1,34 +1,35 @@
-"""One budget over the cheap guess sources: a step feeds the candidate nodes most likely to
-hold, as many as pay for their forward.
+"""One budget over every guess source: a step feeds the candidate nodes most likely to hold,
+as many as pay for their forward.
 
-Every source but the Jacobi window proposes candidates:
+Sources propose candidates (``drafts.source``):
 
-- the copy guess's scored tree (``drafts.CopyDrafter``): each node's share of its parent's
+- scored trees (the copy guess, ``drafts.CopyDrafter``): each node's share of its parent's
   occurrences;
-- rows of tokens: the n-gram pool's (its context pair's rows, then its key's) and the
-  recycled successors'.
+- rows of tokens: the n-gram pool's (its context pair's rows, then its key's), the recycled
+  successors' and the Jacobi window's.
 
 Each candidate gets a chance of holding when its parent holds, learned online in bins. A
-copy node's bin is its share (ten bins) within its context: the tokens of the text its
+scored node's bin is its share (ten bins) within its context: the tokens of the text its
 occurrences match once its parents hold (the step's match length plus its depth less one,
 in groups ending at ``CONTEXTS``), for a copy holds more the longer the text it agrees
-with. A row node's bin is its source's at its depth. A bin starts at ``prior`` observations
-of its prior rate: a row source's own rates for its first token and for the later ones; a
-copy bin's ``CONTEXT_PRIORS[group] x share``, times one ratio over every copy node of what
-held to what those rates promised (so that where nothing holds every bin learns it at
-once). Under sampling every prior rate is scaled by the rule's ceiling
-(``verify.SamplingRule.ceiling``): where the model's choices are nearly flat, a guess holds
-far less often than greedy text promised. A row merges into the tree where it agrees with
-it: the shared node keeps the better chance and learns into its first bin only (a row bin
-then knows what its rows hold alone). The step feeds the nodes of highest path chance (the
-chances multiplied along the path), as many as maximise
+with; every scored source learns in a block of such bins of its own. A row node's bin is its
+source's at its depth. A bin starts at ``prior`` observations of its prior rate: a row
+source's own rates for its first token and for the later ones; a scored bin's
+``CONTEXT_PRIORS[group] x share``, times one ratio per scored source of what its nodes held
+to what those rates promised (so that where nothing holds every bin learns it at once).
+Under sampling every prior rate is scaled by the rule's ceiling (``verify.rules.Rule``):
+where the model's choices are nearly flat, a guess holds far less often than greedy text
+promised. A row merges into the tree where it agrees with it: the shared node keeps the
+better chance and learns into its first bin only (a row bin then knows what its rows hold
+alone). The step feeds the nodes of highest path chance (the chances multiplied along the
+path; on a tie the earlier node, so a parent before its child), as many as maximise
 ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain decoding's
 1; else none. A step that feeds any node also buys the next one a guess from the Jacobi
-window (the free iteration after its first miss, ``drafts.jacobi``), worth what that guess
-gains the next step fed alone (``DraftBudget.window_worth``) where this step misses: without
-it, where two tokens cost about what one does (bf16 on an AVX-512 CPU) and every source is
-weak (sampling at T=1), a step feeds its root alone, the next step has no window guess
-either, and so on.
+window (the free iteration after its first miss: the ``free`` bin's rows, ``drafts.jacobi``),
+worth what that guess gains the next step fed alone (``DraftBudget.window_worth``) where this
+step misses: without it, where two tokens cost about what one does (bf16 on an AVX-512 CPU)
+and every source is weak (sampling at T=1), a step feeds its root alone, the next step has no
+window guess either, and so on.
 
 Worked example (costs 1, 1.3, 1.35, 1.4 for forwards of 1-4 tokens, no overhead)::
 
@@ -48,40 +49,79 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+from lookahead.drafts.source import Bin
 from lookahead.drafts.suffix_kernels import tree_rows
 
 SHARE_BINS = 10
-CONTEXTS = (1, 3, 7)  # the copy bins' context groups end at these lengths; the last is open
+CONTEXTS = (1, 3, 7)  # the scored bins' context groups end at these lengths; the last is open
 # a copy node's chance per unit of share by context group, as measured: one token of
 # agreement is weak evidence, eight are nearly proof (docs/benchmarks.md, CONTEXT_PRIORS)
 CONTEXT_PRIORS = (0.5, 0.65, 0.85, 0.95)
-COPY_BINS = SHARE_BINS * (len(CONTEXTS) + 1)
-RATIO_PRIOR = 4.0  # the copy ratio starts as if this many tokens had held as promised
+COPY_BINS = SHARE_BINS * (len(CONTEXTS) + 1)  # the bins of one scored source
+# a scored source's ratio starts as if this many tokens had held as promised: a few misses
+# move it, a single one does not halve it (docs/benchmarks.md, "The constants and what set them")
+RATIO_PRIOR = 4.0
 # the most observations a bin carries into a later request (``DraftBudget.carry``): enough to
 # start from what held before, few enough that a request unlike the last ones relearns soon
 KEPT_WEIGHT = 32.0
+# observations each bin starts with: two, so that one miss halves a prior but no more
+PRIOR_WEIGHT = 2.0
 _NO_ROWS = np.zeros((0, 0), dtype=np.int64)
 
 
 @njit(cache=True)
-def copy_chances(parents, probs, count, match, fed, held, prior, ratio, bins_out, rates_out, out):
-    """``out[i]``: P(node i holds | its parent holds). Its context is ``match + depth - 1``
-    tokens (one of the groups ``CONTEXTS`` ends), its share ``probs[i] / probs[parent]`` (one
-    of ``SHARE_BINS``); its bin (``bins_out[i]``) is that share's in that group, and the bin's
-    counts start at ``prior`` observations of its prior rate (``rates_out[i]``:
-    ``CONTEXT_PRIORS[group] x share``) times ``ratio`` (at most 1)."""
-    depth = np.empty(count, dtype=np.int64)
-    for i in range(count):
-        par = parents[i]
+def add_tree(
+    t_tokens,
+    t_parents,
+    probs,
+    n,
+    match,
+    first_bin,
+    fed,
+    held,
+    prior,
+    ratio,
+    count,
+    tokens,
+    parents,
+    cond,
+    bins,
+    rates,
+    where,
+):
+    """Add a scored tree's ``n`` nodes (parents before children, -1 the root) to the first
+    ``count`` candidates (the arrays have room); returns the new count. Node i's chance of
+    holding once its parent holds: its context is ``match + depth - 1`` tokens (one of the
+    groups ``CONTEXTS`` ends), its share ``probs[i] / probs[parent]`` (one of ``SHARE_BINS``);
+    its bin is ``first_bin`` plus that share's in that group, whose counts start at ``prior``
+    observations of its prior rate (``CONTEXT_PRIORS[group] x share``, kept in ``rates``)
+    times ``ratio`` (at most 1). A node the candidates already hold (same parent and token)
+    keeps its bin and the better chance. ``where[i]`` gets node i's candidate index."""
+    depth = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        par = t_parents[i]
         depth[i] = 1 if par < 0 else depth[par] + 1
         group = 0
         while group < len(CONTEXTS) and match + depth[i] - 1 > CONTEXTS[group]:
             group += 1
         share = probs[i] / probs[par] if par >= 0 else probs[i]
-        b = SHARE_BINS * group + min(int(share * SHARE_BINS), SHARE_BINS - 1)
+        b = first_bin + SHARE_BINS * group + min(int(share * SHARE_BINS), SHARE_BINS - 1)
         rate = CONTEXT_PRIORS[group] * share
-        bins_out[i], rates_out[i] = b, rate
-        out[i] = (held[b] + prior * min(rate * ratio, 1.0)) / (fed[b] + prior)
+        chance = (held[b] + prior * min(rate * ratio, 1.0)) / (fed[b] + prior)
+        cur = -1 if par < 0 else where[par]
+        node = -1
+        for j in range(count):
+            if parents[j] == cur and tokens[j] == t_tokens[i]:
+                node = j
+                break
+        if node < 0:
+            node = count
+            count += 1
+            tokens[node], parents[node], cond[node], bins[node], rates[node] = t_tokens[i], cur, chance, b, rate
+        else:
+            cond[node] = max(cond[node], chance)
+        where[i] = node
+    return count
 
 
 @njit(cache=True)
@@ -176,10 +216,12 @@ def chances_of(fed, held, prior, prior_rates, scale, out):
 @njit(cache=True)
 def record(tokens, parents, bins, rates, count, appended, fed, held, promised):
     """Each node whose parent held (the root always does) counts as fed in its bin, and as
-    held where its path is a prefix of ``appended`` (the tokens the step appended); a copy
-    node's prior rate (``rates``) adds to what copies were ``promised`` (``[1]``)."""
+    held where its path is a prefix of ``appended`` (the tokens the step appended); a scored
+    node's prior rate (``rates``) adds to what its source was ``promised`` (one entry per
+    scored source: its bins come first, ``COPY_BINS`` each)."""
     ok = np.zeros(count, dtype=np.bool_)
     depth = np.empty(count, dtype=np.int64)
+    scored_bins = promised.shape[0] * COPY_BINS
     for i in range(count):
         par = parents[i]
         depth[i] = 1 if par < 0 else depth[par] + 1
@@ -188,21 +230,22 @@ def record(tokens, parents, bins, rates, count, appended, fed, held, promised):
         ok[i] = depth[i] <= appended.shape[0] and appended[depth[i] - 1] == tokens[i]
         fed[bins[i]] += 1.0
         held[bins[i]] += 1.0 if ok[i] else 0.0
-        if bins[i] < COPY_BINS:
-            promised[0] += rates[i]
+        if bins[i] < scored_bins:
+            promised[bins[i] // COPY_BINS] += rates[i]
 
 
 class DraftBudget:
-    """Chooses one step's draft nodes from every cheap source and learns what held.
+    """Chooses one step's draft nodes from every source and learns what held.
 
     Args:
-        max_nodes: the most nodes one step feeds (``LookaheadConfig.copy_length``).
+        max_nodes: the most nodes one step feeds (``LookaheadConfig.draft_nodes``).
         costs, overhead: the forward's cost curve and the decoder's own work per guessing
             step, in one-token forwards.
-        row_sources: ``(name, first, later)`` of each row source, in bin order: its name (one
-            may repeat: the pool's context-pair rows and key rows learn apart) and the prior
-            rates of a row's first token and of the later ones.
+        row_sources: one :class:`~lookahead.drafts.source.Bin` per array of rows the sources
+            propose, in order (a name may repeat: the pool's context-pair rows and key rows
+            learn apart); at most one is ``free`` (the window's).
         depth: the longest row.
+        scored: the names of the scored sources, in the order :meth:`plan` takes their trees.
         prior: observations each bin starts with.
     """
 
@@ -213,47 +256,64 @@ class DraftBudget:
         overhead: float,
         row_sources: tuple,
         depth: int,
-        prior: float = 2.0,
+        scored: tuple[str, ...] = ("copy",),
+        prior: float = PRIOR_WEIGHT,
     ):
         self.costs = np.array([costs(k) for k in range(1, max_nodes + 2)])
         self.overhead = overhead
-        self.row_sources = tuple(row_sources)
-        names = [name for name, _, _ in self.row_sources]
+        self.row_sources = tuple(Bin(*b) for b in row_sources)
+        self.scored = tuple(scored)
         self.depth = depth
         self.prior = prior
         self.prior_scale = 1.0
-        bins = COPY_BINS + len(self.row_sources) * depth
-        self.fed, self.held = np.zeros(bins), np.zeros(bins)
-        self.promised = np.zeros(1)  # the prior rates of the copy nodes counted as fed
-        rates = [np.array([first] + [later] * (depth - 1)) for _, first, later in self.row_sources]
-        self.prior_rates = np.concatenate([np.zeros(COPY_BINS), *rates])
-        self._names = ("copy",) * COPY_BINS + tuple(name for name in names for _ in range(depth))
+        first_row = COPY_BINS * len(self.scored)
+        self.fed, self.held = (
+            np.zeros(first_row + len(self.row_sources) * depth),
+            np.zeros(first_row + len(self.row_sources) * depth),
+        )
+        self.promised = np.zeros(len(self.scored))  # the prior rates of each scored source's nodes counted as fed
+        rates = [np.array([b.first] + [b.later] * (depth - 1)) for b in self.row_sources]
+        self.prior_rates = np.concatenate([np.zeros(first_row), *rates])
+        self._names = tuple(n for n in self.scored for _ in range(COPY_BINS)) + tuple(
+            b.name for b in self.row_sources for _ in range(depth)
+        )
         # the window's first guessed token, scored at every step that had one, fed or not:
         # what a fed node buys the next step (see ``choose``), from ``prior`` observations of
         # the window row's prior rate; no ceiling scales it, for a few misses in a row at a
         # flat stretch must not end the window's guesses (then it would never be scored again)
-        window = names.index("window") if "window" in names else -1
-        self._window_prior = self.row_sources[window][1] if window >= 0 else 0.0
+        free = [i for i, b in enumerate(self.row_sources) if b.free]
+        self._free = free[0] if free else -1
+        self._window_prior = self.row_sources[self._free].first if free else 0.0
         self.window_seen, self.window_held = np.zeros(1), np.zeros(1)
+        self._window_firsts: list[int] = []  # the first tokens of this step's window rows
         self._n = self._count = 0
         self._arrays = None
-        self._chances = np.empty(bins)
+        self._where = np.empty(max_nodes, dtype=np.int64)
+        self._chances = np.empty(self.fed.shape[0])
         self._update()
+
+    @property
+    def key(self) -> tuple:
+        """What a budget learnt is carried only to one with the same bins (a literal tuple: a
+        pool file stores it, ``drafts.learnt``)."""
+        return (tuple(tuple(b[:3]) for b in self.row_sources), self.depth, self.costs.shape[0] - 1)
 
     def carry(self, store: dict, key) -> None:
         """Start from what a budget with the same bins learnt in an earlier request, kept in
-        ``store[key]`` (a kept pool's), each bin's counts scaled down to at most
+        ``store[key]`` (a kept state's), each bin's counts scaled down to at most
         ``KEPT_WEIGHT`` observations; and keep this budget there for the next request."""
         old = store.get(key)
-        if old is not None and old.fed.shape == self.fed.shape:
+        if old is not None and old.fed.shape == self.fed.shape and old.promised.shape == self.promised.shape:
             scale = np.minimum(1.0, KEPT_WEIGHT / np.maximum(old.fed, 1.0))
             self.fed[:], self.held[:] = old.fed * scale, old.held * scale
-            copies = old.held[:COPY_BINS].sum()
-            # the copy ratio's two sides shrink alike, so it carries over as it was
-            shrink = (
-                self.held[:COPY_BINS].sum() / copies if copies else min(1.0, KEPT_WEIGHT / max(old.promised[0], 1.0))
-            )
-            self.promised[0] = old.promised[0] * shrink
+            for s in range(self.promised.shape[0]):
+                block = slice(s * COPY_BINS, (s + 1) * COPY_BINS)
+                copies = old.held[block].sum()
+                # a ratio's two sides shrink alike, so it carries over as it was
+                shrink = (
+                    self.held[block].sum() / copies if copies else min(1.0, KEPT_WEIGHT / max(old.promised[s], 1.0))
+                )
+                self.promised[s] = old.promised[s] * shrink
             keep = min(1.0, KEPT_WEIGHT / max(old.window_seen[0], 1.0))
             self.window_seen[:], self.window_held[:] = old.window_seen * keep, old.window_held * keep
             self._update()
@@ -263,15 +323,20 @@ class DraftBudget:
         """Each row bin's chance, from its counts and its prior."""
         chances_of(self.fed, self.held, self.prior, self.prior_rates, self.prior_scale, self._chances)
 
+    def ratio(self, scored: int = 0) -> float:
+        """What a scored source's nodes held over what their prior rates promised, from
+        ``RATIO_PRIOR`` tokens that held as promised."""
+        block = self.held[scored * COPY_BINS : (scored + 1) * COPY_BINS]
+        return (block.sum() + RATIO_PRIOR) / (self.promised[scored] + RATIO_PRIOR)
+
     @property
     def copy_ratio(self) -> float:
-        """What the copy nodes held over what their prior rates promised, from
-        ``RATIO_PRIOR`` tokens that held as promised."""
-        return (self.held[:COPY_BINS].sum() + RATIO_PRIOR) / (self.promised[0] + RATIO_PRIOR)
+        """The first scored source's :meth:`ratio` (the copy guess's)."""
+        return self.ratio(0)
 
     def scale_priors(self, scale: float) -> None:
         """Scale every bin's prior rate by ``scale`` (in [0, 1]): the rule's ceiling, the chance
-        that a guess of the likeliest token holds (1 under greedy; see ``verify.SamplingRule``).
+        that a guess of the likeliest token holds (1 under greedy; ``verify.rules.Rule``).
         Counts already learnt stand as they are."""
         if scale != self.prior_scale:
             self.prior_scale = scale
@@ -289,27 +354,35 @@ class DraftBudget:
             self._arrays = (candidates, (ints(), ints(), ints(), np.empty(cap), ints(), ints()))
         return self._arrays
 
-    def plan(
-        self, copy: tuple | None, rows: list[tuple[int, np.ndarray]], fill: int = 0
-    ) -> tuple[np.ndarray, tuple[str, ...]]:
+    def plan(self, trees, rows: list[tuple[int, np.ndarray]], fill: int = 0) -> tuple[np.ndarray, tuple[str, ...]]:
         """The step's draft as root-to-leaf rows (int64 ``[leaves, depth]``, -1 padded; ``[0, 0]``
         for none) and the source of each row.
 
         Args:
-            copy: the copy guess's tree ``(tokens, parents, probs, match)`` (see
-                ``drafts.CopyDrafter.tree``), or None.
-            rows: ``(row source index, int64 [r, d] rows)`` per source that found any.
+            trees: per scored source, in order, its tree ``(tokens, parents, probs, match)``
+                (see ``drafts.CopyDrafter.tree``) or None.
+            rows: ``(row bin index, int64 [r, d] rows)`` per array a source found.
             fill: feed at least this many nodes where there are as many (see :meth:`refill`).
         """
-        count = copy[0].shape[0] if copy is not None else 0
-        (tokens, parents, bins, rates, cond, _), _ = self._room(count + sum(r.size for _, r in rows))
-        if count:
-            ratio = self.copy_ratio * self.prior_scale
-            copy_chances(copy[1], copy[2], count, copy[3], self.fed, self.held, self.prior, ratio, bins, rates, cond)
-            tokens[:count], parents[:count] = copy[0], copy[1]
+        size = sum(t[0].shape[0] for t in trees if t is not None) + sum(r.size for _, r in rows)
+        (tokens, parents, bins, rates, cond, _), _ = self._room(size)
+        count = 0
+        for s, tree in enumerate(trees):
+            if tree is not None and tree[0].shape[0]:
+                t, p, probs, match = tree
+                if self._where.shape[0] < t.shape[0]:
+                    self._where = np.empty(t.shape[0], dtype=np.int64)
+                ratio = self.ratio(s) * self.prior_scale
+                args = (self.fed, self.held, self.prior, ratio, count, tokens, parents, cond, bins, rates, self._where)
+                count = add_tree(t, p, probs, t.shape[0], match, s * COPY_BINS, *args)
+        self._window_firsts = []
+        first_row = COPY_BINS * len(self.scored)
         for source, part in rows:
-            first = COPY_BINS + source * self.depth
-            count = merge_rows(part, first, self._chances, count, tokens, parents, cond, bins, rates)
+            if source == self._free:
+                self._window_firsts = part[:, 0].tolist()
+            count = merge_rows(
+                part, first_row + source * self.depth, self._chances, count, tokens, parents, cond, bins, rates
+            )
         self._count = count
         return self.refill(fill)
 
@@ -345,7 +418,11 @@ class DraftBudget:
         self.window_held[0] += float(held)
 
     def learn(self, appended) -> None:
-        """Count the last plan's nodes in their bins with what the step appended (in order)."""
+        """Count the last plan's nodes in their bins with what the step appended (in order),
+        and score the window's guess, fed or not, where the step had one."""
+        if self._window_firsts:
+            self.score_window(int(appended[0]) in self._window_firsts)
+            self._window_firsts = []
         if not self._n:
             return
         tokens, parents, bins, rates = self._arrays[1][:4]

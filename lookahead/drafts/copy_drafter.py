@@ -34,6 +34,8 @@ class CopyDrafter:
     name = "copy"
     scored = True  # its nodes carry their own probabilities (the budget calibrates them)
     bins = ()
+    top_k = 0
+    reads_noise = False
 
     def __init__(
         self, max_nodes: int, max_match: int, min_prob: float, history=None, corpus: SuffixIndex | None = None

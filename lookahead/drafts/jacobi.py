@@ -16,7 +16,7 @@ guess. The window keeps those of its likeliest children by the model's own score
 likelier the wrong token, the nearer its context to the text's, and the more often the
 prediction after it is the one after the token emitted. Greedily the picks are the fetched
 argmaxes; under seeded sampling, the race each position will run with its known noise
-(``verify.noise.NoiseStream.peek``), so the guesses follow the sampled text, whose fixed point
+(``sampling.noise.NoiseStream.peek``), so the guesses follow the sampled text, whose fixed point
 under that noise it is.
 """
 
@@ -24,21 +24,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from lookahead.drafts.source import Bin
+
 _NONE = np.zeros((0, 0), dtype=np.int64)
 
 
 def deepest_branch(tree, node: int) -> list[int]:
-    """The input indices of the deepest branch below ``node`` of ``tree`` (a
+    """The nodes of the deepest branch below ``node`` of ``tree`` (a
     ``lookahead.verify.tree.GuessTree``), top down, the first child's on a tie; empty when
     ``node`` is a leaf."""
-    width, base = int(tree.chain.shape[0]), tree.base
-    parent_of = {i + 1: i for i in range(width)}
-    for d, p in enumerate(tree.parents.tolist()):
-        parent_of[base + d] = int(p)
     height: dict[int, int] = {}
     below: dict[int, int] = {}  # each node's child on its deepest branch
-    for child in sorted(parent_of, reverse=True):  # children come after their parents
-        parent, h = parent_of[child], height.get(child, 0) + 1
+    parents = tree.parents.tolist()
+    for child in range(len(parents), 0, -1):  # children come after their parents
+        parent, h = parents[child - 1], height.get(child, 0) + 1
         if h > height.get(parent, 0) or (h == height.get(parent, 0) and child < below[parent]):
             height[parent], below[parent] = h, child
     branch = []
@@ -49,13 +48,9 @@ def deepest_branch(tree, node: int) -> list[int]:
 
 
 def children(tree, node: int) -> tuple[np.ndarray, np.ndarray]:
-    """The input indices of ``node``'s children and their tokens (int64 ``[c]`` each)."""
-    width = int(tree.chain.shape[0])
+    """``node``'s children and their tokens (int64 ``[c]`` each), in the tree's order."""
     drafts = np.flatnonzero(tree.parents == node)
-    kids, tokens = drafts + tree.base, tree.tokens[drafts]
-    if node < width:  # the chain's next token comes first
-        kids, tokens = np.concatenate([[node + 1], kids]), np.concatenate([tree.chain[node : node + 1], tokens])
-    return kids, tokens
+    return drafts + 1, tree.tokens[drafts]
 
 
 def free_iterations(tree, node: int, picks, depth: int, rank=None, most: int = 1) -> np.ndarray:
@@ -83,7 +78,8 @@ def free_iterations(tree, node: int, picks, depth: int, rank=None, most: int = 1
 class WindowSource:
     """The Jacobi window as a guess source: each step's free iterations (one row per fed
     sibling of the new root, up to ``most``, likeliest first; without any, the old first row
-    moved on) are the next step's guesses of the tokens after the root.
+    moved on) are the next step's guesses of the tokens after the root. Its bin is ``free``:
+    any node a step feeds buys the next step such a row, which the budget counts.
 
     Args:
         depth: tokens per row (``ngram - 1``).
@@ -91,18 +87,18 @@ class WindowSource:
         pool: where a full first row is filed as a trajectory n-gram, keyed by the root alone:
             under the root and the token before it, it would learn in the text's context-pair
             bins, whose chances it does not have (docs/benchmarks.md); or None.
-        score: told, at every step that had a row, whether its first token held: what a fed
-            node buys the next step (``budget.DraftBudget.score_window``); or None.
     """
 
     name = "window"
     scored = False
+    top_k = 0
+    reads_noise = False
     # right after one wrong token the model's next prediction held 23% of the time on the
     # embedded model (docs/benchmarks.md, "The constants and what set them")
-    bins = (("window", 0.25, 0.5),)
+    bins = (Bin("window", 0.25, 0.5, free=True),)
 
-    def __init__(self, depth: int, most: int, pool=None, score=None):
-        self.depth, self.most, self.pool, self.score = depth, most, pool, score
+    def __init__(self, depth: int, most: int, pool=None):
+        self.depth, self.most, self.pool = depth, most, pool
         self.rows = _NONE
 
     def propose(self, context) -> list[np.ndarray]:
@@ -110,8 +106,6 @@ class WindowSource:
 
     def learn(self, outcome) -> None:
         text, accepted = outcome.text, outcome.accepted
-        if self.rows.size and self.score is not None:  # fed or not: the first appended token decides
-            self.score(int(text[-accepted]) in self.rows[:, 0].tolist())
         guesses = free_iterations(outcome.tree, outcome.path[-1], outcome.picks, self.depth, outcome.rank, self.most)
         if not guesses.size:
             self.rows = moved_on(self.rows, accepted)

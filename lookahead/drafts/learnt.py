@@ -1,4 +1,4 @@
-"""What a kept pool learnt besides its n-grams, as a pool file's arrays: the recycled successors
+"""What a kept state learnt besides its n-grams and texts, as a pool file's arrays: the recycled successors
 (``successors.SuccessorTable``) and the draft budget's counts per rule and bins
 (``budget.DraftBudget.carry``), so that a server restarted from its ``--pool`` file starts
 where it stopped.
@@ -34,7 +34,7 @@ class KeptCounts:
 
 
 def learnt_arrays(successors: SuccessorTable | None, budgets: dict) -> dict[str, np.ndarray]:
-    """The arrays :meth:`NgramPool.save` adds: the successor table, and each budget's key and counts."""
+    """The arrays ``KeptState.save`` adds: the successor table, and each budget's key and counts."""
     out: dict[str, np.ndarray] = {}
     if successors is not None:
         out["successor_table"], out["successor_scores"] = successors.arrays()

@@ -5,7 +5,7 @@ what follows that node's token, which is what the Jacobi window buys with extra 
 table keeps, per vocabulary entry, the top-k and their logits from the last time that token
 was fed (as in Token Recycling); a lookup grows guesses from the last accepted token by
 following successors: the first ones under greedy decoding, and under seeded sampling the one
-that wins each future position's race with its known noise (``verify.noise``), the token the
+that wins each future position's race with its known noise (``sampling.noise``), the token the
 seeded sample there is if the model's distribution is what it was. Memory is fixed:
 ``vocab x k`` int32 and float32.
 """
@@ -13,23 +13,11 @@ seeded sample there is if the model's distribution is what it was. Memory is fix
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from lookahead.drafts import kernels
+from lookahead.drafts.source import Bin
 
 _NO_NOISE = np.zeros((0, 1), dtype=np.float32)
-
-
-def kept_table(pool, vocab: int, k: int, length: int) -> SuccessorTable:
-    """The successor table a request uses: the one kept with ``pool`` (an ``NgramPool`` kept
-    between requests, or None) when it has these sizes, else a new one, kept there for the
-    next request. Earlier requests' predictions are guesses like any other: verified."""
-    table = pool.successors if pool is not None else None
-    if table is None or table.shape != (vocab, k, length):
-        table = SuccessorTable(vocab, k, length)
-        if pool is not None:
-            pool.successors = table
-    return table
 
 
 class SuccessorTable:
@@ -65,11 +53,6 @@ class SuccessorTable:
             raise ValueError(f"successors of shape {self._table.shape}, got {table.shape} and {scores.shape}")
         self._table[...], self._scores[...] = table, scores
 
-    def update(self, fed: torch.Tensor, logits: torch.Tensor) -> None:
-        """Recycle one forward: ``fed`` long ``[q]`` tokens, ``logits`` ``[q, V]`` after them."""
-        top = logits.float().topk(self.k, dim=-1)
-        self.record(fed.cpu().numpy(), top.indices.cpu().numpy(), top.values.cpu().numpy())
-
     def record(self, fed: np.ndarray, top: np.ndarray, scores: np.ndarray) -> None:
         """Keep ``top`` (int64 ``[q, >= k]``, best first) and their logits ``scores`` (float32,
         alike) as the successors of ``fed`` ``[q]``."""
@@ -91,21 +74,24 @@ class SuccessorTable:
 class SuccessorSource:
     """The successor table as a guess source: its first row (the likeliest chain, or under
     seeded sampling the stored successors that win each position's race with its known noise)
-    and the other rows learn in two bins. The table learns from every forward's top-k where
-    the step reads the logits (``lookahead.step.host.fetch``), not here."""
+    and the other rows learn in two bins. The table learns every fed token's top-k, which the
+    step fetches with its logits (``top_k``)."""
 
     name = "successors"
     scored = False
     # alone, the first row held 0.49 (greedy) / 0.45 (sampled) and the others 0.04 / 0.57
     # (docs/benchmarks.md, "The constants and what set them")
-    bins = (("successors", 0.5, 0.6), ("successors", 0.1, 0.5))
+    bins = (Bin("successors", 0.5, 0.6), Bin("successors", 0.1, 0.5))
+    reads_noise = True  # under seeded sampling its first row races the known noise
 
     def __init__(self, table: SuccessorTable):
         self.table = table
+        self.top_k = table.k
 
     def propose(self, context) -> list[np.ndarray]:
         rows = self.table.guesses(int(context.text[-1]), context.noise, context.temperature)
         return [rows[:1], rows[1:]]
 
     def learn(self, outcome) -> None:
-        """Nothing: the table was updated from the step's logits."""
+        if outcome.top is not None:
+            self.table.record(outcome.fed, outcome.top, outcome.scores)

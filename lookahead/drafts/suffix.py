@@ -3,7 +3,7 @@ occurred in them, and what followed, in ``O(m log N)`` per match of m tokens.
 
 The index is the texts as one int32 array (each text followed by -1) and its suffix array,
 int32 too: 8 bytes per indexed token, nothing else. ``lookahead index build`` writes one for
-a corpus; :class:`~lookahead.drafts.pool.NgramPool` keeps one over the texts of earlier requests.
+a corpus; :class:`~lookahead.drafts.history.History` keeps two over the texts of earlier requests.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class SuffixIndex:
     def __init__(self, text: np.ndarray, sa: np.ndarray | None = None):
         self.text = np.ascontiguousarray(text, dtype=np.int32)
         self.sa = np.ascontiguousarray(sa if sa is not None else suffix_array(self.text), dtype=np.int32)
-        self.vocabulary = ""  # the fingerprint of its tokenizer, as NgramPool.vocabulary
+        self.vocabulary = ""  # the fingerprint of its tokenizer, as KeptState.vocabulary
 
     @classmethod
     def from_texts(cls, texts: Iterable[np.ndarray]) -> SuffixIndex:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from lookahead.sampling.guess import NoiseRace
 from lookahead.sampling.noise import NoiseStream
 from lookahead.sampling.warpers import chain, temperature
 
@@ -57,6 +58,9 @@ class SamplingRule(Processes):
     sampling is nearly flat (a high temperature) it is low, and the draft budget scales its
     priors by it, so a fresh request does not pay to learn that greedy priors promise too much.
     """
+
+    sampled = True
+    picks_are_preds = False  # every emitted token runs the race
 
     def __init__(
         self, processors, generator: torch.Generator | None = None, noise: NoiseStream | None = None, row: int = 0
@@ -113,6 +117,16 @@ class SamplingRule(Processes):
         probs = torch.softmax(scores, dim=-1)
         rows = [probs[k : k + 1] if q is None else probs[k : k + 1] / q for k, q in enumerate(noise)]
         return [int(row.argmax(-1)) for row in rows]
+
+    def picker(self, preds: torch.Tensor, logits: torch.Tensor | None, sequence_fn):
+        """``picks(nodes)``: the races each node of a branch would run, were the k-th of them
+        the k-th token from now (so the window follows the sampled text): on the step's
+        ``logits`` ``[q, V]`` by the noise race where it re-states the processors, else by
+        :meth:`guesses` on the sequence ``sequence_fn()`` gives."""
+        race = NoiseRace.of(self.processors) if logits is not None else None
+        if race is None:
+            return lambda nodes: self.guesses(nodes, sequence_fn())
+        return lambda nodes: race.picks(logits, nodes, self.noise_ahead(len(nodes)))
 
     def noise_ahead(self, n: int) -> torch.Tensor | None:
         """The known noise of the next ``n`` tokens this rule emits, float32 ``[m, V]`` on the

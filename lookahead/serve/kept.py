@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 
 from lookahead.config import LookaheadConfig
-from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.kept import KeptState
 from lookahead.serve.store import new_pool
 
 ATTRIBUTE = "_lookahead_kept_pools"  # on the model: {(ngram, guesses, capacity, context tokens): (pool, lock)}
@@ -24,14 +24,10 @@ _CREATING = threading.Lock()
 
 
 @contextlib.contextmanager
-def kept_pool(model, config: LookaheadConfig | None) -> Iterator[NgramPool | None]:
-    """The pool kept on ``model`` for ``config``'s shape (made on first use), held for one call;
-    None (``lookahead.generate`` then makes a fresh one) while another call holds it, or where
-    ``config`` decodes without a pool."""
+def kept_pool(model, config: LookaheadConfig | None) -> Iterator[KeptState | None]:
+    """The state kept on ``model`` for ``config``'s pool shape (made on first use), held for one
+    call; None (``lookahead.generate`` then makes a fresh one) while another call holds it."""
     config = config if config is not None else LookaheadConfig()
-    if not config.uses_pool:
-        yield None
-        return
     key = (config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
     with _CREATING:
         pools = model.__dict__.setdefault(ATTRIBUTE, {})

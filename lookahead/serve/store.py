@@ -18,13 +18,12 @@ import time
 from collections.abc import Iterator
 
 from lookahead.config import LookaheadConfig
-from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.kept import KeptState
 
-HISTORY_TOKENS = 1 << 16  # NgramPool's default history: the finished texts kept for copy drafts
 SAVE_LOCK_TIMEOUT_S = 60.0  # how long a final save waits for a request still decoding
 
 
-def save_atomic(pool: NgramPool, path: str, tokenizer=None) -> None:
+def save_atomic(pool: KeptState, path: str, tokenizer=None) -> None:
     """Write ``pool`` to ``path`` so that ``path`` always holds a whole pool file: into a
     temporary file in the same folder (a rename across file systems is not atomic), flushed
     and synced, then renamed over ``path``; the folder is synced so the rename survives a power
@@ -83,42 +82,31 @@ def _sync_folder(folder: str) -> None:
             os.close(fd)
 
 
-def load_pool(path: str, config: LookaheadConfig, tokenizer) -> NgramPool:
-    """The pool at ``path``, checked against ``tokenizer`` and ``config``'s n-gram shape; a fresh
-    pool where no file is there yet. ``ValueError`` (naming the path, what the file is and what
+def load_pool(path: str, config: LookaheadConfig, tokenizer) -> KeptState:
+    """The kept state at ``path``, checked against ``tokenizer`` and ``config``'s n-gram shape; a
+    fresh one where no file is there yet. ``ValueError`` (naming the path, what the file is and what
     was expected) for anything else: the server says so and exits with status 2."""
     if not os.path.exists(path):
         if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"--pool {path!r}: its folder does not exist")
         return new_pool(config)
-    pool = NgramPool.load(path, tokenizer=tokenizer)
-    if (pool.ngram, pool.guesses) != (config.ngram, config.guesses):
+    pool = KeptState.load(path, tokenizer=tokenizer)
+    held = pool.pool
+    if held is not None and (held.ngram, held.guesses) != (config.ngram, config.guesses):
         raise ValueError(
-            f"--pool {path!r} holds n-grams of ngram={pool.ngram}, guesses={pool.guesses}, but this server "
+            f"--pool {path!r} holds n-grams of ngram={held.ngram}, guesses={held.guesses}, but this server "
             f"decodes with ngram={config.ngram}, guesses={config.guesses}: pass those (--ngram, --guesses) "
             "or start a new pool file"
         )
     return pool
 
 
-def new_pool(config: LookaheadConfig) -> NgramPool:
-    """An empty pool of ``config``'s shape and capacity, as ``lookahead.generate`` makes per call."""
-    return NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens, HISTORY_TOKENS)
-
-
-def memory_bound(pool: NgramPool, vocab_size: int, successors: int) -> int:
-    """Bytes a kept pool can reach, whatever the requests: the n-gram table (``capacity`` keys of
-    ``guesses`` continuations of ``ngram - 1`` int32 tokens, plus an int64 key, an int64 stamp
-    and an int32 count each), the history (``history_capacity`` int64 tokens) and its two suffix
-    indexes (an int32 text and an int32 suffix array each; the recent one at most an eighth of
-    the bulk or 4096 tokens, counted here as a second bulk), and the recycled successors
-    (``vocab_size x successors`` int32 tokens and float32 scores). The draft budget's learnt
-    chances are a few small arrays per decoding mode."""
-    table = pool.capacity * (pool.guesses * (pool.ngram - 1) * 4 + 8 + 8 + 4)
-    history = pool.history_capacity * 8
-    indexes = 2 * pool.history_capacity * (4 + 4)
-    recycled = vocab_size * successors * (4 + 4)
-    return table + history + indexes + recycled
+def new_pool(config: LookaheadConfig) -> KeptState:
+    """An empty kept state with ``config``'s n-gram pool, as ``lookahead.generate`` makes per call."""
+    state = KeptState()
+    if config.uses_pool:
+        state.ngrams(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+    return state
 
 
 class PoolStore:
@@ -129,7 +117,7 @@ class PoolStore:
     happen under the same lock, so a file is never written while a request fills the pool.
     """
 
-    def __init__(self, pool: NgramPool | None, path: str | None, tokenizer, save_every: int):
+    def __init__(self, pool: KeptState | None, path: str | None, tokenizer, save_every: int):
         self.pool, self.path, self.tokenizer, self.save_every = pool, path, tokenizer, save_every
         if pool is not None and path is not None:
             remove_stale_temporaries(path)
@@ -144,7 +132,7 @@ class PoolStore:
         return self.pool is not None
 
     @contextlib.contextmanager
-    def lease(self) -> Iterator[NgramPool | None]:
+    def lease(self) -> Iterator[KeptState | None]:
         """The kept pool for one request (None when pools are not kept), held under the lock."""
         with self._lock:
             yield self.pool
@@ -187,11 +175,11 @@ class PoolStore:
         return {
             "kept": True,
             "path": self.path,
-            "keys": len(self.pool),
-            "capacity": self.pool.capacity,
-            "history_tokens": int(self.pool.history.shape[0]),
-            "history_capacity": self.pool.history_capacity,
-            "memory_bound_bytes": memory_bound(self.pool, vocab_size, successors),
+            "keys": len(self.pool.pool) if self.pool.pool is not None else 0,
+            "capacity": self.pool.pool.capacity if self.pool.pool is not None else 0,
+            "history_tokens": len(self.pool.history),
+            "history_capacity": self.pool.history.capacity,
+            "memory_bound_bytes": self.pool.nbytes_bound(vocab_size, successors),
             "saves": self.saves,
             "last_save": self.last_save,
             "save_error": self.save_error,

@@ -1,24 +1,24 @@
 """The published shape (Fu et al. 2024; LADE): the Jacobi window's levels fed every step.
 
-``LookaheadConfig(adaptive=False)`` and ``method="jacobi"`` decode with it, for comparison
-and as the method's definition. Each step feeds ``[root | window | guesses]``: the window's
-``levels x width`` cells, then every source's whole guesses (copy rows, pool continuations,
-successor rows) merged into one trie; no budget chooses among them. The window's newest
-level's predictions become a level, and each column read top to bottom plus its prediction
-is an n-gram for the pool. For W=3 columns and 2 levels (a0..a2, b0..b2), with draft nodes
-x (child of a0) and y (child of x); digits are offsets from the root's position, X = may
-attend (every row also attends the committed cache):
+``method="classic"`` and ``method="jacobi"`` decode with it, for comparison and as the
+method's definition. Each step feeds ``[root | draft | upper levels]``: the window's level 0
+as the first guess row, every source's whole guesses merged into the same trie (no budget
+chooses among them), then the window's other levels, which the walk does not visit. The
+newest level's predictions become a level, and each column read top to bottom plus its
+prediction is an n-gram for the pool. For W=3 columns and 2 levels (a0..a2, b0..b2), with a
+pool row a0 x y; digits are offsets from the root's position, X = may attend (every row also
+attends the committed cache):
 
-          r a0 a1 a2 b0 b1 b2  x  y
+          r a0 a1 a2  x  y b0 b1 b2
     r  0  X
     a0 1  X  X
     a1 2  X  X  X
     a2 3  X  X  X  X
-    b0 2  X  X        X
-    b1 3  X  X  X        X
-    b2 4  X  X  X  X        X
-    x  2  X  X                 X
-    y  3  X  X                 X  X
+    x  2  X  X        X
+    y  3  X  X        X  X
+    b0 2  X  X                X
+    b1 3  X  X  X                X
+    b2 4  X  X  X  X                X
 
 Level 0 is a causal chain from the root; a higher level l at column i sees level 0 up to
 column i and the column above it.
@@ -27,9 +27,8 @@ column i and the column above it.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from lookahead.step.proposer import Proposer
+from lookahead.step.proposer import Plan, Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify.tree import GuessTree
 
@@ -107,76 +106,70 @@ class JacobiWindow:
             self._pending = min(self._pending + steps, self.width - 1)
 
 
-def window_layout(levels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets from the root (int64 ``[n]``) and attention (bool ``[n, n]``) of the step's
-    head, root + window (``n = 1 + levels * width``; drawn above)."""
-    n = 1 + levels * width
-    offsets = np.zeros(n, dtype=np.int64)
-    allowed = np.zeros((n, n), dtype=np.bool_)
-    allowed[:, 0] = True
-    for level in range(levels):
+def classic_layout(tree: GuessTree, levels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (int64 ``[q]``) and attention (bool ``[q, q]``) of ``[root | draft | upper
+    levels]`` (drawn above): ``tree``'s own layout, its first ``width`` draft nodes the
+    window's level 0, then ``levels - 1`` levels of ``width`` cells."""
+    offsets, allowed = tree.layout()
+    n, extra = offsets.shape[0], (levels - 1) * width
+    out_offsets = np.concatenate([offsets, np.zeros(extra, dtype=np.int64)])
+    out_allowed = np.zeros((n + extra, n + extra), dtype=np.bool_)
+    out_allowed[:n, :n] = allowed
+    for level in range(1, levels):
         for col in range(width):
-            row = 1 + level * width + col
-            offsets[row] = 1 + col + level
-            allowed[row, 1 : 2 + col] = True
-            for above in range(1, level + 1):
-                allowed[row, 1 + above * width + col] = True
-    return offsets, allowed
+            row = n + (level - 1) * width + col
+            out_offsets[row] = 1 + col + level
+            out_allowed[row, : 2 + col] = True  # the root and level 0 up to this column
+            out_allowed[row, n + col : row + 1 : width] = True  # the column above, itself included
+    return out_offsets, out_allowed
 
 
 class ClassicProposer(Proposer):
     """A row of the classic shape: the window's levels and every source's whole guesses."""
 
-    windowed = True
+    def start(self, seq: TokenSequence, logits, prompt: np.ndarray) -> None:
+        self.window = JacobiWindow(self.config.levels, self.config.window, prompt)
+        super().start(seq, logits, prompt)
 
-    def _head(self, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        cfg = self.config
-        self.window = JacobiWindow(cfg.levels, cfg.window, prompt)
-        return window_layout(cfg.levels, cfg.window)
+    def _planner(self) -> None:
+        return None  # no budget: every source's whole guesses
 
-    def _sources(self) -> list:
-        return [source for source in super()._sources() if source.name != "window"]
+    def plan(self, seq: TokenSequence) -> Plan:
+        window, context = self.window, self._context(seq)
+        parts, names = ([window.chain[None]], ["window"]) if window.width else ([], [])
+        for source in sorted(self.sources, key=lambda source: not source.scored):  # the copy rows first
+            found = [source.rows(context.text)] if source.scored else source.propose(context)
+            for rows in found:
+                if rows.size:
+                    parts.append(rows)
+                    names += [source.name] * rows.shape[0]
+        rows = _stack(parts)
+        tree = GuessTree.build(rows)
+        tail = window.tokens[1:].reshape(-1).tolist()
+        layout = classic_layout(tree, window.levels, window.width)
+        return Plan(tree, [seq.tokens[-1], *tree.tokens.tolist(), *tail], rows, tuple(names), layout)
 
-    def _budget(self) -> None:
-        return None
-
-    def plan(self, seq: TokenSequence):
-        context = self._context(seq)
-        parts = []
-        for source in self.sources:
-            if source.scored:
-                parts.insert(0, (source.name, source.rows(context.text)))
-            else:
-                parts += [(source.name, rows) for rows in source.propose(context)]
-        parts = [(name, rows) for name, rows in parts if rows.size]
-        origins = tuple(name for name, rows in parts for _ in range(rows.shape[0]))
-        window = self.window
-        return self._merged(
-            seq, _stack([rows for _, rows in parts]), origins, window.chain, window.tokens.reshape(-1).tolist()
-        )
-
-    def learn(
-        self, seq: TokenSequence, preds: torch.Tensor, path: list[int], tree: GuessTree, logits: torch.Tensor | None
-    ) -> None:
-        """Move the window on by its newest level's predictions (rows of the host argmax
-        ``preds`` ``[q]``) and file the new text's n-grams in the pool."""
+    def learn(self, seq: TokenSequence, plan: Plan, path: list[int], preds, logits, top, scores) -> None:
+        """Move the window on, then let every source learn (the pool files the new text's
+        n-grams, the successors the fed tokens' top-k)."""
         accepted = len(path)
-        self._advance_window(preds, accepted, seq.tokens[-accepted - 1])
-        self.learn_text(seq, accepted)
+        self._advance_window(plan, preds, accepted, seq.tokens[-accepted - 1])
+        outcome = self._outcome(seq, plan, path, preds, logits, top, scores)
+        for source in self.sources:
+            source.learn(outcome)
 
-    def _advance_window(self, preds: torch.Tensor, accepted: int, root: int) -> None:
-        """The newest level's predictions become a level; full columns go to the pool, each
-        after the token before it in its Jacobi context (column i of level 0 follows the
-        step's ``root`` for i = 0, else column i - 1)."""
+    def _advance_window(self, plan: Plan, preds, accepted: int, root: int) -> None:
+        """The newest level's predictions (rows of the host argmax ``preds`` ``[q]``) become a
+        level; full columns go to the pool, each after the token before it in its Jacobi
+        context (column i of level 0 follows the step's ``root`` for i = 0, else column i - 1)."""
         window = self.window
         if not window.width:
             return
-        first = 1 + (window.levels - 1) * window.width
-        newest = preds[first : first + window.width].numpy()
+        first = 1 if window.levels == 1 else 1 + plan.tree.size + (window.levels - 2) * window.width
         before = np.concatenate([[root], window.chain[:-1]])
-        ngrams = window.advance(newest, accepted)
-        if self.pool is not None:
-            self.pool.insert(ngrams, before)
+        ngrams = window.advance(preds[first : first + window.width].numpy(), accepted)
+        if self.config.uses_pool:
+            self.kept.pool.insert(ngrams, before)
 
 
 def _stack(parts: list[np.ndarray]) -> np.ndarray | None:
@@ -184,10 +177,10 @@ def _stack(parts: list[np.ndarray]) -> np.ndarray | None:
     if not parts:
         return None
     if len(parts) == 1:
-        return parts[0]
-    cands = np.full((sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)), -1, dtype=np.int64)
-    row = 0
+        return parts[0].copy()  # a source's rows may be a view of a buffer it reuses
+    rows = np.full((sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)), -1, dtype=np.int64)
+    at = 0
     for part in parts:
-        cands[row : row + part.shape[0], : part.shape[1]] = part
-        row += part.shape[0]
-    return cands
+        rows[at : at + part.shape[0], : part.shape[1]] = part
+        at += part.shape[0]
+    return rows

@@ -11,9 +11,12 @@ ancestry) go up together too, from pinned memory without waiting (``upload``).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
+from lookahead.stats import LookaheadStats
 from lookahead.step import kernels
 
 
@@ -113,6 +116,17 @@ def wait(logits: torch.Tensor) -> torch.Tensor:
     CPU it does nothing."""
     if logits.is_cuda:
         torch.cuda.synchronize(logits.device)  # the last device of a device_map: it waited for the rest
+    return logits
+
+
+def timed(stats: LookaheadStats, run, rows: int = 1) -> torch.Tensor:
+    """``run()`` (a forward's logits) once the device is done, counted and timed in ``stats``
+    as one forward over ``rows`` rows."""
+    started = time.perf_counter()
+    logits = wait(run())
+    stats.forward_s += time.perf_counter() - started
+    stats.forwards += 1
+    stats.row_forwards += rows
     return logits
 
 

@@ -1,9 +1,9 @@
 """Positions and the additive 4D attention mask of one step.
 
-The step's input is ``[root | draft]`` (the classic shape puts the window's levels between
-them: ``classic.py`` draws its head). Draft nodes x (child of the root), y (child of x) and
-z (child of the root); digits are offsets from the root's position, X = may attend (every row
-also attends the committed cache):
+The step's input is ``[root | draft]`` (the classic shape adds the window's upper levels
+after the draft: ``classic.py`` draws them), laid out by ``verify.tree.GuessTree.layout``.
+Draft nodes x (child of the root), y (child of x) and z (child of the root); digits are
+offsets from the root's position, X = may attend (every row also attends the committed cache):
 
           r  x  y  z
     r  0  X
@@ -11,61 +11,47 @@ also attends the committed cache):
     y  2  X  X  X
     z  1  X        X
 
-A draft node sees the root, its head anchor's prefix and its own ancestors. Masks are
-additive floats (0 = attend, dtype min = blocked), the one form that both ``eager`` and
-``sdpa`` read correctly.
+A draft node sees the root and its own ancestors. Masks are additive floats (0 = attend,
+dtype min = blocked), the one form that both ``eager`` and ``sdpa`` read correctly.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-
-from lookahead.verify.tree import GuessTree
 
 
 class StepMask:
-    """Builds each step's positions and masks for one generation.
+    """Builds each step's positions and masks for one sequence.
 
     Args:
-        head: offsets (int64 ``[h]``) and attention (bool ``[h, h]``) of the step's fixed
-            head, the root first (``verify.tree.root_layout``, or the classic window's).
         groups: attention kinds to build masks for, ``{name: sliding_window or None}``.
             A single entry named ``None`` gives one tensor; named entries give a dict keyed
             by layer type, which hybrid models (full + sliding layers) take.
         dtype, device: of the model's activations.
     """
 
-    def __init__(self, head: tuple[np.ndarray, np.ndarray], groups: dict, dtype: torch.dtype, device):
-        self.head = head  # on the host: each step's layout is made there
+    def __init__(self, groups: dict, dtype: torch.dtype, device):
         self.groups = groups
         self.dtype = dtype
         self.device = device
         self._attend = torch.zeros((), dtype=dtype, device=device)
         self._blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
 
-    def layout(self, tree: GuessTree) -> tuple[np.ndarray, np.ndarray]:
-        """The step's offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``), on
-        the host, to upload with the step's ids (:func:`lookahead.step.host.upload`)."""
-        return tree.layout(self.head)
-
-    def build(self, tree: GuessTree, sizes: dict, past_visible: torch.Tensor, parts: tuple | None = None):
+    def build(self, layout, sizes: dict, past_visible: torch.Tensor):
         """Offsets and the mask(s) for the model.
 
         Args:
-            tree: this step's guess tree.
+            layout: the step's offsets from the root (``[q]``) and attention (``[q, q]``), as
+                host arrays or already on the device (any integer or bool dtype).
             sizes: ``{name: (kv_offset, past_len)}``: the first cache index the group's
                 layers still hold, and the committed cache length.
             past_visible: bool ``[past_len]``, False at padding.
-            parts: the step's ``(offsets, allowed)`` (:meth:`layout`) already on the device
-                (any integer or bool dtype), or None to upload them here.
 
         Returns:
             ``(offsets [q], mask)``: ``mask`` is ``[1, 1, q, kv]`` or a dict of them.
         """
-        if parts is None:
-            parts = [torch.from_numpy(a).to(self.device) for a in self.layout(tree)]
-        offsets, allowed = parts[0], parts[1].bool()
+        offsets, allowed = (torch.as_tensor(a, device=self.device) for a in layout)
+        allowed = allowed.bool()
         masks = {}
         for name, window in self.groups.items():
             kv_offset, past_len = sizes[name]

@@ -1,255 +1,211 @@
-"""One row's guesses: its sources, the draft budget over them, its rule, and what it learns.
+"""One row of a decode: its planner, its rule, the walk down its tree, and what it counts.
 
-Each step :meth:`Proposer.plan` asks every source (``lookahead.drafts.source``) for its
-candidates and lets the budget keep the nodes that pay for their forward cost, possibly none
-(then the step is plain decoding); :meth:`Proposer.accept` walks the merged tree with the
-row's rule; :meth:`Proposer.learn` lets every source and the budget learn from what held.
-The decode loop of one sequence (``decode.Decoder``) and every row of a batch
-(``batch_rows.Row``) own one. The published fixed shape, with the window's levels fed every
-step and no budget, is ``classic.ClassicProposer``.
+Each step :meth:`Proposer.plan` asks the row's planner (its sources and the draft budget,
+``lookahead.drafts.planner``) for the nodes that pay for their forward, possibly none (then
+the step is plain decoding), and merges them into the step's guess tree; after the forward
+:meth:`Proposer.verify` walks that tree with the row's rule, appending the model's own
+choices, counts the step and lets the planner learn. The published fixed shape, with the
+window's levels fed every step and no budget, is ``classic.ClassicProposer``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from lookahead.config import LookaheadConfig
-from lookahead.drafts.budget import DraftBudget
-from lookahead.drafts.copy_drafter import CopyDrafter
-from lookahead.drafts.jacobi import WindowSource
-from lookahead.drafts.pool import NgramPool, PoolSource, file_new
+from lookahead.drafts.kept import KeptState
+from lookahead.drafts.planner import Planner, sources_for
+from lookahead.drafts.pool import file_new
 from lookahead.drafts.source import Context, Outcome
-from lookahead.drafts.successors import SuccessorSource, SuccessorTable, kept_table
 from lookahead.drafts.suffix import SuffixIndex
-from lookahead.sampling.guess import NoiseRace
 from lookahead.stats import LookaheadStats
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.inputs import NO_CHAIN
-from lookahead.step.mask import StepMask
 from lookahead.step.sequence import TokenSequence
-from lookahead.verify import kernels
-from lookahead.verify.rules import walk
-from lookahead.verify.tree import GuessTree, root_layout
+from lookahead.verify.rules import Rule, walk
+from lookahead.verify.tree import ROOT_ONLY, GuessTree
+
+ROOT_LAYOUT = (np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=np.bool_))  # the root alone
+
+
+class Plan(NamedTuple):
+    """One row's step: its guess tree, the tokens it feeds (``[root | draft]``, and after the
+    draft whatever a fixed shape adds that the walk does not visit), the guess rows merged
+    into the tree (int64 ``[r, d]`` or None) and each row's source, and the layout of every
+    fed token: offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``)."""
+
+    tree: GuessTree
+    tokens: list[int]
+    rows: np.ndarray | None
+    origins: tuple[str, ...]
+    layout: tuple[np.ndarray, np.ndarray]
+
+    def source_of(self, held: list[int]) -> str:
+        """The source whose row matched the most of ``held`` (the guessed tokens the step
+        accepted), the first row's among the longest."""
+        best, best_len = "", 0
+        for name, row in zip(self.origins, self.rows if self.rows is not None else ()):
+            n = _common(row, held)
+            if n > best_len:
+                best, best_len = name, n
+        return best
+
+
+def _common(row, held: list[int]) -> int:
+    """Length of the common prefix of a guess row and ``held``."""
+    n = 0
+    while n < len(held) and n < len(row) and int(row[n]) == held[n]:
+        n += 1
+    return n
+
+
+def plain_plan(root: int) -> Plan:
+    """The plan of a step that feeds its ``root`` alone."""
+    return Plan(ROOT_ONLY, [root], None, (), ROOT_LAYOUT)
 
 
 class Proposer:
-    """One row's guess sources, draft budget and rule.
+    """One row's planner, rule and walk.
 
     Args:
         config: the decoder's configuration (which sources, their sizes).
         rule: the greedy or sampling rule the row's tree is walked with.
         stats: the stats its steps are counted in.
-        pool: an n-gram pool to use (a kept one, or a batch's shared one); a fresh one if None.
+        kept: what earlier requests taught (a batch's rows share one).
         costs, overhead: the cost curve and per-step overhead (one-token forwards) the draft
-            budget weighs every step's nodes against (None: the classic shape, no budget).
+            budget weighs every step's nodes against.
         index: a corpus the copy guess also drafts from.
-        dtype: the dtype of the step masks (the model's).
     """
-
-    windowed = False  # whether steps feed the window's levels (the classic shape)
 
     def __init__(
         self,
         config: LookaheadConfig,
-        rule,
+        rule: Rule,
         stats: LookaheadStats,
-        pool: NgramPool | None = None,
+        kept: KeptState,
         costs: CostCurve | None = None,
         overhead: float = 0.0,
         index: SuffixIndex | None = None,
-        dtype: torch.dtype = torch.float32,
     ):
-        self.config, self.rule, self.stats, self.dtype = config, rule, stats, dtype
-        self.pool = None
-        if config.uses_pool:
-            self.pool = pool
-            if pool is None:
-                self.pool = NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
-        self.copy = None
-        if config.uses_copy:
-            kept = self.pool
-            history = (lambda: kept.history_indexes) if kept is not None else None
-            self.copy = CopyDrafter(config.copy_length, config.copy_match, config.copy_min_prob, history, index)
-        self.costs, self.overhead = costs, overhead
-        self.successors: SuccessorTable | None = None
+        self.config, self.rule, self.stats, self.kept = config, rule, stats, kept
+        self.costs, self.overhead, self.index = costs, overhead, index
         self.sources: list = []
-        self.budget: DraftBudget | None = None
-        self.mask: StepMask | None = None
+        self.planner: Planner | None = None
 
-    def seed(self, prompt: np.ndarray, groups: dict, vocab: int, device, successors: SuccessorTable | None = None):
-        """Start the sources and the step mask from the prompt's real tokens (int64 ``[n]``);
-        ``successors`` shares one table between a batch's rows, else the pool's is used (a
-        kept pool keeps one for later requests)."""
+    @property
+    def top_k(self) -> int:
+        """How many of each fed token's likeliest successors the sources learn from."""
+        return max((source.top_k for source in self.sources), default=0)
+
+    def start(self, seq: TokenSequence, logits: torch.Tensor, prompt: np.ndarray) -> None:
+        """After the prefill: the sources (filing the prompt's real tokens, int64 ``[n]``, in
+        the pool), then the first token the rule picks from the prompt's last ``logits``
+        ``[1, V]``, and the n-grams it ends."""
         cfg = self.config
-        if self.pool is not None and cfg.prompt_ngrams:
-            self.pool.insert_text(prompt)
-        if successors is not None:
-            self.successors = successors
-        elif cfg.uses_successors:
-            self.successors = kept_table(self.pool, vocab, cfg.successors, cfg.ngram - 1)
-        self.mask = StepMask(self._head(prompt), groups, self.dtype, device)
-        self.sources = self._sources()
-        self.budget = self._budget()
-
-    def start(self, seq: TokenSequence, logits: torch.Tensor, prompt: np.ndarray, groups, device, successors=None):
-        """After the prefill: :meth:`seed` from the prompt's real tokens, append the first token
-        the rule picks from the prompt's last ``logits`` ``[1, V]``, file the n-grams it ends."""
-        self.seed(prompt, groups, logits.shape[-1], device, successors)
+        self.sources = sources_for(cfg, self.kept, self.stats, logits.shape[-1], self.index)
+        if cfg.uses_pool and cfg.prompt_ngrams:
+            self.kept.pool.insert_text(prompt)
+        self.planner = self._planner()
         self.rule.start(logits)
         seq.append(next(walk(None, self.rule, lambda: seq.ids))[1])
         self.learn_text(seq, 1)
 
-    def _head(self, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The step's fixed head before the guesses (offsets, attention): the root alone."""
-        return root_layout()
+    def _planner(self) -> Planner | None:
+        cfg = self.config
+        return Planner(
+            self.sources, cfg.draft_nodes, cfg.ngram - 1, self.costs, self.overhead, self.kept, self.rule.sampled
+        )
 
-    def _sources(self) -> list:
-        """The row sources in bin order, the window first (a node it shares with another
-        source learns, and is credited, as its), then the scored copy guess."""
-        cfg, sources = self.config, []
-        if cfg.window:
-            sources.append(WindowSource(cfg.ngram - 1, cfg.window, self.pool))
-        if self.pool is not None:
-            sources.append(PoolSource(self.pool, self.stats, cfg.prompt_ngrams))
-        if self.successors is not None:
-            sources.append(SuccessorSource(self.successors))
-        if self.copy is not None:
-            sources.append(self.copy)
-        return sources
+    def plan(self, seq: TokenSequence) -> Plan:
+        """The step's plan: the draft the budget chose from every source's candidates."""
+        return self._plan(seq, *self.planner.plan(self._context(seq), self.rule.ceiling))
 
-    def _budget(self) -> DraftBudget:
-        bins = tuple(b for source in self.sources for b in source.bins)
-        budget = DraftBudget(self.config.draft_nodes, self.costs, self.overhead, bins, self.config.ngram - 1)
-        for source in self.sources:
-            if isinstance(source, WindowSource):
-                source.score = budget.score_window
-        if self.pool is not None:  # a kept (or a batch's) pool: start from what earlier requests learnt
-            sampled = getattr(self.rule, "noise_ahead", None) is not None
-            budget.carry(self.pool.budgets, (sampled, bins, self.config.ngram - 1, self.config.draft_nodes))
-        return budget
-
-    def plan(self, seq: TokenSequence):
-        """The step's guess tree, its input tokens ``[root | draft]`` as a list, the guess rows
-        merged into it (None or empty where there are none) and each row's source."""
-        self.budget.scale_priors(self.rule.ceiling)
-        context = self._context(seq)
-        copy, rows, first = None, [], 0
-        for source in self.sources:
-            found = source.propose(context)
-            if source.scored:
-                copy = found
-                continue
-            rows += [(first + i, part) for i, part in enumerate(found) if part.size]
-            first += len(source.bins)
-        return self._merged(seq, *self.budget.plan(copy, rows))
-
-    def refill(self, seq: TokenSequence, fill: int):
+    def refill(self, seq: TokenSequence, fill: int) -> Plan:
         """:meth:`plan`'s step again with at least ``fill`` draft nodes where the budget had as
         many candidates (a batch row padded to a wider row feeds them for free)."""
-        return self._merged(seq, *self.budget.refill(fill))
+        return self._plan(seq, *self.planner.refill(fill))
+
+    def _plan(self, seq: TokenSequence, rows: np.ndarray, origins: tuple[str, ...]) -> Plan:
+        if not rows.shape[0]:
+            return plain_plan(seq.tokens[-1])
+        tree = GuessTree.build(rows)
+        return Plan(tree, [seq.tokens[-1], *tree.tokens.tolist()], rows, origins, tree.layout())
 
     def _context(self, seq: TokenSequence) -> Context:
         """What the sources read: the text, and under seeded sampling the known noise of the
-        next tokens (as many as a successor row is long) and the temperature."""
-        ahead = getattr(self.rule, "noise_ahead", None)
-        if ahead is None or self.successors is None:
+        next tokens (as many as a guess row is long) and the temperature."""
+        reads = self.rule.sampled and any(source.reads_noise for source in self.sources)
+        noise = self.rule.noise_ahead(self.config.ngram - 1) if reads else None
+        if noise is None:
             return Context(seq.array())
-        noise = ahead(self.successors.length)
-        return Context(seq.array(), noise.numpy() if noise is not None else None, self.rule.temperature)
+        return Context(seq.array(), noise.numpy(), self.rule.temperature)
 
-    def _merged(self, seq: TokenSequence, cands, origins, chain=NO_CHAIN, head=()):
-        tree = GuessTree.build(chain, 1 + len(head), cands)
-        return tree, [seq.tokens[-1], *head] + tree.tokens.tolist(), cands, origins
-
-    def count(self, step, fed: int, appended: list[int]) -> None:
-        """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats, and credit
-        its accepted guesses to the source that guessed the most of them."""
-        stats, accepted = self.stats, len(appended)
-        stats.steps += 1
-        stats.guess_tokens += fed - 1
-        stats.lean_steps += int(not self.windowed)
-        stats.window_steps += int(self.windowed or "window" in step.origins)
-        stats.plain_steps += int(fed == 1)
-        stats.draft_steps += int(not self.windowed and fed > 1)
-        stats.record_step(accepted)
-        if accepted > 1:
-            stats.credit(step.source_of(appended[:-1]), accepted - 1)
-
-    def verify(self, seq: TokenSequence, step, logits: torch.Tensor, preds: torch.Tensor, learn: bool = True):
-        """Verify and learn from a step that fed ``step``'s tokens: walk its tree over their
-        ``logits`` ``[q, V]`` (``preds`` ``[q]``: their argmax on the host) appending to ``seq``,
-        then, where ``learn``, count the step and let every source learn. Returns the nodes
+    def verify(self, seq: TokenSequence, plan: Plan, logits, preds, top=None, scores=None, learn: bool = True):
+        """Walk ``plan``'s tree over its ``logits`` ``[q, V]`` (``preds`` ``[q]``: their host
+        argmax; ``top``/``scores``: the top-k fetched for the sources, or None) appending to
+        ``seq``; where ``learn``, count the step and let the planner learn. Returns the nodes
         whose cache entries stay."""
-        path = self.accept(seq, step.tree, logits, preds.tolist())
+        path = self.accept(seq, plan.tree, logits, preds)
         if learn:
-            self.count(step, preds.shape[0], seq.tokens[-len(path) :])
-            self.learn(seq, preds, path, step.tree, logits)
+            self.count(plan, preds.shape[0], seq.tokens[-len(path) :])
+            self.learn(seq, plan, path, preds, logits, top, scores)
         return path
 
-    def accept(
-        self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: list[int] | None = None
-    ) -> list[int]:
-        """Walk the tree appending the model's own choices; return the nodes whose entries stay
-        (``preds``: the logits' argmax on the host, when already fetched)."""
-        self.rule.start(logits, preds)
-        if preds is not None and getattr(self.rule, "picks_are_preds", False):
-            return self._accept_preds(seq, tree, preds)
+    def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: torch.Tensor) -> list[int]:
+        """Walk the tree appending the model's own choices; return the nodes whose entries
+        stay. Where every pick is the fetched argmax, the path is found in one kernel and then
+        appended token by token until the sequence stops."""
+        picks = preds.tolist()
+        self.rule.start(logits, picks)
+        if self.rule.picks_are_preds:
+            nodes, bare, path = tree.greedy_path(preds.numpy()), seq.bare, []
+            for node in nodes:
+                path.append(node)
+                if bare:  # a token is all the sequence needs: no Pick, no logits row
+                    seq.append_token(picks[node])
+                else:
+                    seq.append(self.rule(node, None, None))
+                if seq.done:
+                    break
+            return path
         path = []
-        for node, pick in walk(tree if tree.size or tree.chain.size else None, self.rule, lambda: seq.ids):
+        for node, pick in walk(tree if tree.size else None, self.rule, lambda: seq.ids):
             path.append(node)
             seq.append(pick)
             if seq.done:
                 break
         return path
 
-    def _accept_preds(self, seq: TokenSequence, tree: GuessTree, preds: list[int]) -> list[int]:
-        """:meth:`accept` where every pick is the node's argmax (greedy, no processors): the
-        path found in one kernel, then appended token by token until the sequence stops."""
-        out = np.empty(1 + tree.chain.shape[0] + tree.size, dtype=np.int64)
-        n = kernels.greedy_path(tree.chain, tree.base, tree.tokens, tree.parents, np.asarray(preds), out)
-        path = []
-        bare = seq.bare  # then a token is all the sequence needs: no Pick, no logits row
-        for node in out[:n].tolist():
-            path.append(node)
-            if bare:
-                seq.append_token(preds[node])
-            else:
-                seq.append(self.rule(node, None, None))
-            if seq.done:
-                break
-        return path
+    def count(self, plan: Plan, fed: int, appended: list[int]) -> None:
+        """Add a step that fed ``fed`` tokens and appended ``appended`` to the stats, and credit
+        its accepted guesses to the source that guessed the most of them."""
+        stats, accepted = self.stats, len(appended)
+        stats.steps += 1
+        stats.guess_tokens += fed - 1
+        stats.window_steps += int("window" in plan.origins)
+        stats.plain_steps += int(fed == 1)
+        stats.draft_steps += int(fed > 1 and self.planner is not None)
+        stats.record_step(accepted)
+        if accepted > 1:
+            stats.credit(plan.source_of(appended[:-1]), accepted - 1)
 
     def learn_text(self, seq: TokenSequence, accepted: int) -> None:
         """File the n-grams that end in the ``accepted`` newest tokens (after the prefill: 1)."""
-        if self.pool is not None and self.config.prompt_ngrams:
-            file_new(self.pool, seq.array(), accepted)
+        if self.config.uses_pool and self.config.prompt_ngrams:
+            file_new(self.kept.pool, seq.array(), accepted)
 
-    def learn(
-        self, seq: TokenSequence, preds: torch.Tensor, path: list[int], tree: GuessTree, logits: torch.Tensor | None
-    ) -> None:
-        """After a step that walked ``path`` (its accepted nodes) down ``tree``, appending
-        ``len(path)`` tokens to ``seq``: every source learns (the window from the step's free
-        Jacobi iterations: the host argmax ``preds`` ``[q]``, or under sampling the races on the
-        step's ``logits`` ``[q, V]`` where given), then the budget scores the nodes it fed."""
-        accepted = len(path)
+    def learn(self, seq: TokenSequence, plan: Plan, path: list[int], preds, logits, top, scores) -> None:
+        """After a step that walked ``path`` down ``plan``'s tree: the planner learns its
+        outcome (the free Jacobi iterations read with the rule's picks, the fed tokens' top-k)."""
+        self.planner.learn(self._outcome(seq, plan, path, preds, logits, top, scores))
+
+    def _outcome(self, seq: TokenSequence, plan: Plan, path: list[int], preds, logits, top, scores) -> Outcome:
         rank = None if logits is None else lambda node, tokens: _likeliest_first(logits[node], tokens)
-        outcome = Outcome(seq.array(), accepted, tree, path, self._picker(seq, preds, logits), rank)
-        for source in self.sources:
-            source.learn(outcome)
-        self.budget.learn(seq.tokens[-accepted:])
-
-    def _picker(self, seq: TokenSequence, preds: torch.Tensor, logits: torch.Tensor | None):
-        """``picks(nodes)``: the tokens the rule would emit at a branch of the step's tree read
-        as the tokens after the root: the fetched argmaxes, or under sampling the races with
-        those positions' known noise (so the window follows the sampled text), run on the
-        step's ``logits`` ``[q, V]`` by the noise race where it re-states the processors."""
-        if getattr(self.rule, "guesses", None) is None:
-            return lambda nodes: [int(preds[v]) for v in nodes]
-        race = NoiseRace.of(self.rule.processors) if logits is not None else None
-        if race is None:
-            return lambda nodes: self.rule.guesses(nodes, seq.ids)
-        return lambda nodes: race.picks(logits, nodes, self.rule.noise_ahead(len(nodes)))
+        picks = self.rule.picker(preds, logits, lambda: seq.ids)
+        fed = np.asarray(plan.tokens, dtype=np.int64) if top is not None else None
+        return Outcome(seq.array(), len(path), plan.tree, path, picks, rank, fed, top, scores)
 
 
 def _likeliest_first(scores: torch.Tensor, tokens: np.ndarray) -> list[int]:

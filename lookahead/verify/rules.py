@@ -8,7 +8,8 @@ token, so a walk over k matching guesses appends k + 1 tokens (the last one is f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import torch
 
@@ -17,15 +18,53 @@ from lookahead.sampling.rule import Pick, Processes, SamplingRule
 from lookahead.verify.tree import GuessTree
 
 
+class Rule(Protocol):
+    """What a walk follows: the model's own choice at each node of a step's tree.
+
+    Attributes:
+        ceiling: the chance that a guess of the likeliest token holds: 1 for greedy, under
+            seeded sampling a running estimate; the draft budget scales its priors by it.
+        sampled: whether it samples (what it learnt is kept apart from greedy's).
+        picks_are_preds: whether every pick is the node's argmax as fetched to the host (no
+            processors, no rows reported): then the walk needs no call of the rule.
+        temperature: what a guess's race divides logits by (1 for greedy).
+    """
+
+    ceiling: float
+    sampled: bool
+    picks_are_preds: bool
+    temperature: float
+
+    def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
+        """A step's logits ``[q, V]`` (or the prefill's ``[1, V]``), and their host argmax."""
+
+    def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
+        """The token emitted at ``node`` after ``sequence`` (the exact prefix), and its rows."""
+
+    def report(self, node: int, sequence: torch.Tensor) -> Pick:
+        """The rows ``generate`` reports at ``node``, emitting nothing."""
+
+    def noise_ahead(self, n: int) -> torch.Tensor | None:
+        """The known noise of the next ``n`` emitted tokens (None: greedy, or none known)."""
+
+    def picker(self, preds: torch.Tensor, logits: torch.Tensor | None, sequence_fn) -> Callable[[list[int]], list[int]]:
+        """``picks(nodes)``: the tokens this rule would emit at a branch of the step's tree
+        read as the tokens after the step's new root (the free Jacobi iteration); ``preds``
+        are the step's host argmaxes ``[q]``, ``sequence_fn()`` the sequence."""
+
+    def release(self) -> None:
+        """This rule emits no more tokens."""
+
+
 class GreedyRule(Processes):
     """Argmax of the processed logits, the processors seeing that node's exact prefix.
 
     Without processors all argmaxes are taken in one call per step.
     """
 
-    # a guess of the token this rule picks always holds: the draft budget's priors stand as
-    # they are (see ``SamplingRule.ceiling``)
-    ceiling = 1.0
+    ceiling = 1.0  # a guess of the token this rule picks always holds: the priors stand
+    sampled = False
+    temperature = 1.0
 
     def __init__(self, processors, keep_rows: bool):
         self.processors = processors
@@ -35,13 +74,9 @@ class GreedyRule(Processes):
 
     @property
     def picks_are_preds(self) -> bool:
-        """Whether every pick is the node's argmax as fetched (no processors, no rows kept):
-        then the walk needs no call of this rule to find its path."""
         return not self.keep_rows
 
     def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
-        """``logits``: ``[q, V]`` of this step (or ``[1, V]`` of the prefill); ``preds``: their
-        argmax, when the caller already fetched it to the host (``lookahead.step.host``)."""
         self._logits = logits
         if self.keep_rows:
             self._preds = None
@@ -60,11 +95,18 @@ class GreedyRule(Processes):
         """The pick at ``node`` (greedy draws nothing, so reporting is picking)."""
         return self(node, sequence, [])
 
+    def noise_ahead(self, n: int) -> None:
+        return None
+
+    def picker(self, preds: torch.Tensor, logits: torch.Tensor | None, sequence_fn) -> Callable[[list[int]], list[int]]:
+        """The fetched argmaxes (processors are not re-run for a guess: it is verified)."""
+        return lambda nodes: [int(preds[v]) for v in nodes]
+
     def release(self) -> None:
         """Nothing to free: greedy keeps no per-row state."""
 
 
-def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]]:
+def walk(tree: GuessTree | None, rule: Rule, sequence_fn) -> Iterator[tuple[int, Pick]]:
     """Yield ``(node, pick)`` along the accepted path; ``sequence_fn()`` is the current sequence.
 
     The caller appends each pick's token before asking for the next one, so every rule call
@@ -84,7 +126,7 @@ def walk(tree: GuessTree | None, rule, sequence_fn) -> Iterator[tuple[int, Pick]
         node = child
 
 
-def rule_for(generation_config, processors, generator: torch.Generator | None, rows: int, keep_rows: bool):
+def rule_for(generation_config, processors, generator: torch.Generator | None, rows: int, keep_rows: bool) -> Rule:
     """The rule ``generate``'s config asks for: seeded sampling that draws one noise block per
     step for every row, as ``generate`` draws them, or greedy (keeping each row's processed
     scores when the output asks for scores or logits)."""

@@ -1,4 +1,4 @@
-"""The guess tree of one step: the window's level 0 plus pool guesses merged into a trie."""
+"""The guess tree of one step: every source's guess rows merged into one trie."""
 
 from __future__ import annotations
 
@@ -8,59 +8,62 @@ import numpy as np
 
 from lookahead.verify import kernels
 
-_NO_CANDS = np.zeros((0, 1), dtype=np.int64)
-
-
-def root_layout() -> tuple[np.ndarray, np.ndarray]:
-    """Offsets from the root (int64 ``[1]``) and attention (bool ``[1, 1]``) of a step's head
-    that is the root alone (the classic shape's head adds the window: ``step/classic.py``)."""
-    return np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=np.bool_)
+_NO_ROWS = np.zeros((0, 1), dtype=np.int64)
 
 
 @dataclass
 class GuessTree:
     """Every path from the root is a guessed continuation of the accepted text.
 
-    Node indices are the step's input indices: 0 is the root (the last accepted token),
-    ``1..len(chain)`` the window's level 0 (a chain from the root), and ``base + d`` the d-th
-    draft node built from pool guesses (arrays below are indexed by d).
+    Node indices are the step's input indices ``[root | draft]``: 0 is the root (the last
+    accepted token) and ``1 + d`` the d-th draft node (the arrays below are indexed by d)::
+
+        rows   a b c        tree   root -> a(1) -> b(2) -> c(3)
+               a d                           \\-> d(4)
+               e                     root -> e(5)
 
     Attributes:
-        chain: int64 ``[W]`` level-0 tokens (W may be 0).
-        base: input index of the first draft node (1 + window size).
-        tokens, parents, depths, anchors: int64 ``[T]``, see ``kernels.merge_trie``.
+        tokens, parents, depths: int64 ``[T]``, see ``kernels.merge_trie`` (a parent is a
+            node index: 0 for the root).
         attend: bool ``[T, T]``, draft-to-draft ancestry (self included).
     """
 
-    chain: np.ndarray
-    base: int
     tokens: np.ndarray
     parents: np.ndarray
     depths: np.ndarray
-    anchors: np.ndarray
     attend: np.ndarray
 
     @classmethod
-    def build(cls, chain: np.ndarray, base: int, cands: np.ndarray | None) -> GuessTree:
-        if cands is None or cands.shape[0] == 0:
-            cands = _NO_CANDS
-        parts = kernels.merge_trie(chain, cands, cands.shape[0], base)
-        return cls(chain, base, *parts)
+    def build(cls, rows: np.ndarray | None) -> GuessTree:
+        """The trie of ``rows`` (int64 ``[r, m]``, -1 ends a shorter row; None or empty: the
+        root alone)."""
+        if rows is None or rows.shape[0] == 0:
+            rows = _NO_ROWS
+        return cls(*kernels.merge_trie(rows, rows.shape[0]))
 
-    def layout(self, head: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Offsets from the root (int64 ``[q]``) and attention (bool ``[q, q]``) of the step
-        ``[head | draft]``, ``head`` the layout of the root and what precedes the draft
-        (:func:`root_layout`; see ``lookahead.step.mask``)."""
-        return kernels.step_layout(head[0], head[1], self.depths, self.anchors, self.attend)
+    def layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """Offsets from the root (int64 ``[1 + T]``) and attention (bool ``[1 + T, 1 + T]``) of
+        the step ``[root | draft]`` (drawn in ``lookahead.step.mask``)."""
+        return kernels.step_layout(self.depths, self.attend)
 
     @property
     def size(self) -> int:
-        """Draft nodes T (the chain is counted in the window, not here)."""
+        """Draft nodes T (the root is not counted)."""
         return int(self.tokens.shape[0])
 
     def children(self) -> dict[tuple[int, int], int]:
-        """``(parent input index, token) -> child input index`` over chain and draft nodes."""
-        kids = {(i, int(tok)): i + 1 for i, tok in enumerate(self.chain.tolist())}
-        for d, (p, tok) in enumerate(zip(self.parents.tolist(), self.tokens.tolist())):
-            kids.setdefault((p, tok), self.base + d)
-        return kids
+        """``(parent node, token) -> child node`` over the draft nodes."""
+        return {(p, tok): 1 + d for d, (p, tok) in enumerate(zip(self.parents.tolist(), self.tokens.tolist()))}
+
+    def greedy_path(self, preds: np.ndarray) -> list[int]:
+        """The nodes the walk visits, root first, when the pick at every node is ``preds[node]``
+        (int64 ``[1 + T]``: the fetched argmaxes)."""
+        out = np.empty(1 + self.size, dtype=np.int64)
+        n = kernels.greedy_path(self.tokens, self.parents, preds, out)
+        return out[:n].tolist()
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+ROOT_ONLY = GuessTree(
+    _NONE, _NONE, _NONE, np.zeros((0, 0), dtype=np.bool_)
+)  # a plain step's tree (no kernel at import)

@@ -161,11 +161,11 @@ def test_engine_adapter_uses_stats(tiny_model_dir, prompt_file, tmp_path, monkey
 
     # `all` is every method that can run here (the suffix peers only where their extension is built)
     assert list(doc["methods"]) == [m for m in methods.METHODS if methods.available(m)]
-    assert list(doc["methods"])[:4] == ["greedy", "lookahead", "jacobi", "prompt-lookup"]
+    assert list(doc["methods"])[:5] == ["greedy", "lookahead", "classic", "jacobi", "prompt-lookup"]
     la = doc["methods"]["lookahead"]
     assert la["mismatches"] == 0 and la["tokens_per_forward"] > 1.0
     assert la["acceptance_rate"] == pytest.approx(0.5, abs=0.2)
-    assert la["accepted_hist"][0] == 0 and la["fallbacks"] == 0 and {"pool_hit_rate", "lean_share"} <= set(la)
+    assert la["accepted_hist"][0] == 0 and la["fallbacks"] == 0 and {"pool_hit_rate", "window_share"} <= set(la)
     assert doc["config"]["lookahead"]["window"] == 3
     assert (tmp_path / "bench.png").stat().st_size > 0
     # the curve the adaptive steps are priced by is reported with where it is kept
@@ -294,14 +294,14 @@ def test_set_and_keep_pool_reach_the_engine(tiny_model_dir, prompt_file, tmp_pat
         "--set",
         "copy_length=0",
         "--set",
-        "adaptive=false",
+        "successors=0",
         "--keep-pool",
         "--json",
         str(out),
     )
     assert cli.main(argv) == 0
     configs = {c for c, _ in seen}
-    assert len(configs) == 1 and not next(iter(configs)).adaptive and next(iter(configs)).copy_length == 0
+    assert len(configs) == 1 and next(iter(configs)).successors == 0 and next(iter(configs)).copy_length == 0
     pools = [p for _, p in seen]
     # the warm-up runs twice on one kept pool (the second run drafts from the first's request);
     # that pool is dropped, and one new pool is kept across the measured prompts

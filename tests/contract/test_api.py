@@ -128,7 +128,7 @@ def test_total_time_adds_the_call_s_time():
     "config,measured",
     [
         (LookaheadConfig(), True),
-        (LookaheadConfig(adaptive=False), False),
+        (LookaheadConfig(method="classic"), False),
         (LookaheadConfig(method="jacobi"), False),
     ],
 )
@@ -217,14 +217,14 @@ def test_batch_output_and_pool():
         repetition_penalty=1.3,
     )
     expected = model.generate(BATCH, do_sample=False, **kwargs)
-    pool = lookahead.NgramPool(LookaheadConfig().ngram, LookaheadConfig().guesses)
-    got = lookahead.generate(model, BATCH, lookahead_pool=pool, **kwargs)
+    kept = lookahead.KeptState()
+    got = lookahead.generate(model, BATCH, lookahead_pool=kept, **kwargs)
     assert got.sequences.tolist() == expected.sequences.tolist()
     for name in ("scores", "logits"):
         assert len(getattr(got, name)) == len(getattr(expected, name)) == 12
         for a, b in zip(getattr(got, name), getattr(expected, name)):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert len(pool) > 0
+    assert len(kept.pool) > 0
 
 
 @pytest.mark.parametrize("ids,mask", [(RANDOM, None), (BATCH, BATCH_MASK)])

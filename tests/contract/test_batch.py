@@ -17,11 +17,11 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
-from lookahead import testing
+from lookahead.checking import examples as testing
 from lookahead.compat import output_cache_field
-from lookahead.step.batch import BatchDecoder
-from lookahead.step.batch_rows import PAD_RUN
 from lookahead.step.costmodel import CostCurve
+from lookahead.step.loop import Decoder
+from lookahead.step.rows import PAD_RUN
 from lookahead.verify.rules import GreedyRule
 
 from strategies import batch_rows
@@ -158,7 +158,7 @@ def test_sampling_each_row_has_the_models_distribution():
     draws = 600
     counts = np.zeros(VOCAB)
     generator = torch.Generator().manual_seed(0)
-    config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, adaptive=False)
+    config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, method="classic")
     for _ in range(draws):
         out = lookahead.generate(
             model,
@@ -187,43 +187,34 @@ def test_cache_rows_equal_a_fresh_prefill():
     model = tiny_model("mistral", "sdpa")
     ids, mask = left_pad(list(MOTIFS))
     stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 200)])
-    config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
-    decoder = BatchDecoder(
-        model,
-        config,
-        GreedyRule(None, False),
-        lookahead.LookaheadStats(),
-        stopping,
-        None,
-        None,
-        PAD,
-        False,
-        False,
-        False,
+    config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, method="classic")
+    decoder = Decoder(
+        model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, lookahead.KeptState(), pad=PAD
     )
     decoder.prefill(ids, mask)
+    cache = decoder.layout
 
     def check():
         for r, row in enumerate(decoder.live):
             real = row.seq.tokens[ids.shape[1] - len(MOTIFS[r]) : -1]
             out = model(torch.tensor([real]), cache=DynamicCache(), use_cache=True)
             fresh = getattr(out, output_cache_field(type(out)))
-            keep = decoder.past_visible[r]
-            assert int(keep.sum()) == len(real) == int(decoder.position[r])
-            assert decoder.past_pos[r][keep].tolist() == list(range(len(real)))
-            for layer, ref in zip(decoder.cache.layers, fresh.layers):
+            keep = cache.past_visible[r]
+            assert int(keep.sum()) == len(real) == int(cache.position[r])
+            assert cache.past_pos[r][keep].tolist() == list(range(len(real)))
+            for layer, ref in zip(cache.cache.layers, fresh.layers):
                 torch.testing.assert_close(layer.keys[r][:, keep], ref.keys[0], atol=1e-5, rtol=1e-5)
                 torch.testing.assert_close(layer.values[r][:, keep], ref.values[0], atol=1e-5, rtol=1e-5)
 
     holes = 0
     for _ in range(6):
         decoder.step()
-        holes += int((~decoder.past_visible).sum())
+        holes += int((~cache.past_visible).sum())
         check()
     assert holes > 0
-    decoder._close_holes()
+    cache._close_holes()
     check()
-    assert decoder.past_visible.shape[1] == int(decoder.position.max())  # the longest row, no hole left
+    assert cache.past_visible.shape[1] == int(cache.position.max())  # the longest row, no hole left
     decoder.step()
     check()
 
@@ -242,23 +233,23 @@ def test_bad_batches_are_clear_errors():
         lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=4, streamer=TextStreamer(tiny_tokenizer()))
 
 
-def test_kept_pool_remembers_each_row_s_real_text():
-    """Each row's text goes to the pool's history: its prompt without the padding, then what
+def test_kept_state_remembers_each_row_s_real_text():
+    """Each row's text goes to the kept history: its prompt without the padding, then what
     it generated up to where it stopped, then -1."""
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad(list(MOTIFS[:3]))
     eos = eos_ending_rows(model, ids, mask, 24, [(1, 3)])
     kwargs = dict(attention_mask=mask, max_new_tokens=24, eos_token_id=eos, pad_token_id=PAD)
     expected = model.generate(ids, do_sample=False, **kwargs)
-    pool = lookahead.NgramPool(lookahead.LookaheadConfig().ngram, lookahead.LookaheadConfig().guesses)
-    assert lookahead.generate(model, ids, lookahead_pool=pool, **kwargs).tolist() == expected.tolist()
+    kept = lookahead.KeptState()
+    assert lookahead.generate(model, ids, lookahead_pool=kept, **kwargs).tolist() == expected.tolist()
     texts = []
     for r, prompt in enumerate(MOTIFS[:3]):
         new = expected[r, ids.shape[1] :].tolist()
         ends = [i for i, t in enumerate(new) if t in eos]
         texts += list(prompt) + new[: ends[0] + 1 if ends else len(new)] + [-1]
     assert any(t in eos for t in texts), "some row should stop early"
-    assert pool.history.tolist() == texts
+    assert kept.history.tokens.tolist() == texts
 
 
 def test_finished_rows_feed_pad_runs_while_scores_are_reported():
@@ -295,12 +286,12 @@ def test_finished_rows_feed_pad_runs_while_scores_are_reported():
 
 
 def test_every_guess_source_contributes_in_a_batch():
-    """With adaptive=False every step has the classic shape, and each source (the window,
+    """With method="classic" every step has the fixed shape, and each source (the window,
     the copy guess, the pool) is credited with accepted tokens in some row; the forwards and
     their time are counted."""
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad(list(MOTIFS))
-    config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, adaptive=False)
+    config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, method="classic")
     kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=None, pad_token_id=PAD)
     stats, rows, spent = lookahead.LookaheadStats(), [], []
     hooks = [
@@ -318,7 +309,7 @@ def test_every_guess_source_contributes_in_a_batch():
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert (stats.forwards, stats.row_forwards) == (len(rows), sum(rows))
     assert sum(spent) <= stats.forward_s < stats.total_s  # each forward's time, inside the stats' timing
-    assert stats.lean_steps == stats.plain_steps == 0
+    assert stats.plain_steps == 0 and stats.window_steps == stats.steps
     assert all(stats.source_tokens.get(source, 0) > 0 for source in ("window", "copy", "pool")), stats.source_tokens
 
 
@@ -329,18 +320,8 @@ def test_rows_share_one_pool_and_one_successor_table():
     ids, mask = left_pad(list(MOTIFS))
     stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 8)])
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, successors=2)
-    decoder = BatchDecoder(
-        model,
-        config,
-        GreedyRule(None, False),
-        lookahead.LookaheadStats(),
-        stopping,
-        None,
-        None,
-        PAD,
-        False,
-        False,
-        False,
+    decoder = Decoder(
+        model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, lookahead.KeptState(), pad=PAD
     )
     rows_of_logits = []
     handle = model.register_forward_hook(lambda module, args, out: rows_of_logits.append(out.logits.shape[1]))
@@ -349,21 +330,23 @@ def test_rows_share_one_pool_and_one_successor_table():
     finally:
         handle.remove()
     assert rows_of_logits == [1]  # the prefill computes the last position's logits only
-    pools = {id(row.proposer.pool) for row in decoder.rows}
-    tables = {id(row.proposer.successors) for row in decoder.rows}
-    assert len(pools) == len(tables) == 1 and decoder.rows[0].proposer.pool is not None
-    table = decoder.rows[0].proposer.successors
+    pools = {id(source.pool) for row in decoder.rows for source in row.proposer.sources if source.name == "pool"}
+    tables = {
+        id(source.table) for row in decoder.rows for source in row.proposer.sources if source.name == "successors"
+    }
+    assert len(pools) == len(tables) == 1 and decoder.rows[0].proposer.kept.pool is not None
+    table = decoder.rows[0].proposer.kept.successors
     assert table is not None and (table.k, table.length) == (2, config.ngram - 1)
 
 
 def test_batch_with_recycled_guesses_equals_greedy():
-    """A batch shares one successor table between its rows (``Proposer.seed``); with no other
+    """A batch shares one successor table between its rows (its ``KeptState``'s); with no other
     source on, recycled guesses are what it accepts beyond one token a step."""
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9, 5, 6], [4, 8, 15, 4, 8, 15, 4, 8, 15]])
     kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, attention_mask=(ids != 0).long())
     config = lookahead.LookaheadConfig(
-        window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False, successors=2
+        window=0, guesses=0, copy_length=0, prompt_ngrams=False, method="classic", successors=2
     )
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
@@ -375,7 +358,7 @@ def test_rows_fill_the_width_the_widest_row_pays_for(monkeypatch):
     """A batch step is as wide as its widest row; a narrower row's draft budget fills that
     room with more of its candidates (the forward pays for it anyway), never past it, and the
     batch stays exact."""
-    from lookahead.step.batch_rows import Row
+    from lookahead.step.rows import Row
 
     model = tiny_model("llama", "sdpa")
     ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 4, [3, 41, 12, 8, 30, 17, 2, 44, 6, 25, 39]])
@@ -385,7 +368,7 @@ def test_rows_fill_the_width_the_widest_row_pays_for(monkeypatch):
 
     def refill(self, plan, width):
         out = real(self, plan, width)
-        seen.append((len(plan[1]), len(out[1]), width))
+        seen.append((len(plan.tokens), len(out.tokens), width))
         return out
 
     monkeypatch.setattr(Row, "refill", refill)

@@ -221,15 +221,20 @@ def test_stop_strings_without_tokenizer_is_a_clear_error():
 
 def test_pool_kept_across_requests_helps_the_next_one():
     model = tiny_model("llama", "sdpa")
-    config = lookahead.LookaheadConfig(window=2, ngram=4, guesses=4, copy_length=0, prompt_ngrams=False, adaptive=False)
-    first, second = two_requests(model, REPEAT, config, lookahead.NgramPool(4, 4, context_tokens=config.context_tokens))
+    config = lookahead.LookaheadConfig(
+        window=2, ngram=4, guesses=4, copy_length=0, prompt_ngrams=False, method="classic"
+    )
+    first, second = two_requests(model, REPEAT, config, lookahead.KeptState())
     assert second.forwards < first.forwards
 
 
 def test_pool_shape_must_match_the_config():
     with pytest.raises(ValueError, match="lookahead_pool"):
         lookahead.generate(
-            tiny_model("llama", "sdpa"), REPEAT, max_new_tokens=4, lookahead_pool=lookahead.NgramPool(3, 4)
+            tiny_model("llama", "sdpa"),
+            REPEAT,
+            max_new_tokens=4,
+            lookahead_pool=lookahead.KeptState(lookahead.NgramPool(3, 4)),
         )
 
 

@@ -48,7 +48,7 @@ def strict():
 
 
 def _calls(model, tok):
-    pool = lookahead.NgramPool(lookahead.LookaheadConfig().ngram, lookahead.LookaheadConfig().guesses)
+    pool = lookahead.KeptState()
     index = lookahead.SuffixIndex.from_texts([np.tile(np.arange(5, 20), 3)])
     full = dict(return_dict_in_generate=True, output_scores=True, output_logits=True)
     batch = torch.cat([PROMPT, PROMPT.flip(-1)])

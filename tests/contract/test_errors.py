@@ -29,7 +29,7 @@ from lookahead.compat import takes_cache_keyword
         ("copy_length", -1, ValueError),
         ("copy_match", 0, ValueError),
         ("context_tokens", 3, ValueError),
-        ("adaptive", "yes", TypeError),
+        ("adaptive", "yes", TypeError),  # the deprecated alias of method="classic" is checked too
         ("cudnn_attention", 1, TypeError),
     ],
 )

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookahead
-from lookahead import testing
+from lookahead.checking import examples as testing
 
 from strategies import configs, eos_ids, max_new_tokens, prompts, repetitive_prompts
 from tiny_models import CASES, FAMILIES, tiny_model
@@ -58,7 +58,7 @@ def test_repetitive_prompts_accept_several_tokens_per_forward(family):
         max_new_tokens=64,
         eos_token_id=None,
         pad_token_id=0,
-        lookahead_config=lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False),
+        lookahead_config=lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, method="classic"),
         lookahead_stats=stats,
     )
     assert got.tolist() == expected.tolist()

@@ -12,7 +12,7 @@ from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
 from lookahead.sampling.rule import Pick, SamplingRule
-from lookahead.step.decode import lookahead_decode
+from lookahead.step.loop import decode
 
 from tiny_models import tiny_model
 
@@ -57,16 +57,17 @@ def lookahead_samples(model, rule_class=None):
             processors = LogitsProcessorList([TemperatureLogitsWarper(1.0), TopKLogitsWarper(2)])
             stop = StoppingCriteriaList([MaxLengthCriteria(PROMPT.shape[1] + NEW)])
             with torch.no_grad():  # as generate runs it
-                out = lookahead_decode(
+                out = decode(
                     model,
                     PROMPT,
                     rule=rule_class(processors),
                     stopping_criteria=stop,
                     config=CONFIG,
                     stats=stats,
+                    kept=lookahead.KeptState(),
                     cache=_cache(model),
                     costs=CHEAP,
-                ).ids
+                )[0]
         hits += sum(stats.accepted[2:])
         counts[tuple(out[0, -TAIL:].tolist())] += 1
     return counts, hits

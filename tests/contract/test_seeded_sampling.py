@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from test_batch import eos_ending_rows
 
 import lookahead
-from lookahead import testing
+from lookahead.checking import examples as testing
 from lookahead.checking.verdict import TIE_GAP, race_verdict, replay_noise
 from lookahead.sampling.noise import NoiseStream
 

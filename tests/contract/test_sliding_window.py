@@ -24,7 +24,7 @@ tokens = st.integers(3, VOCAB - 1)
 
 # A wide window and long copy guesses: on text that repeats, single steps accept up to
 # copy_length + 1 tokens, far more than SLIDING.
-LONG_STEPS = lookahead.LookaheadConfig(window=16, ngram=5, guesses=8, copy_length=16, copy_match=6, adaptive=False)
+LONG_STEPS = lookahead.LookaheadConfig(window=16, ngram=5, guesses=8, copy_length=16, copy_match=6, method="classic")
 
 
 SLIDING_CASES = [(family, backend) for family, backend in CASES if family in SLIDING_FAMILIES]
@@ -91,7 +91,7 @@ def test_long_copied_steps_equal_greedy(family, motif, repeats, window, copy_len
     """The model's own text on repetitive prompts (no forcing): tokens and logits."""
     model = tiny_model(family, "eager")
     config = lookahead.LookaheadConfig(
-        window=window, ngram=4, guesses=4, copy_length=copy_length, copy_match=4, adaptive=False
+        window=window, ngram=4, guesses=4, copy_length=copy_length, copy_match=4, method="classic"
     )
     expected, got, _ = generate_both(model, torch.tensor([motif * repeats]), config, 48)
     assert_same_generation(expected, got)

@@ -12,10 +12,10 @@ from transformers import CompileConfig
 from transformers.cache_utils import StaticCache, StaticLayer
 
 import lookahead
-from lookahead import testing
+from lookahead.checking import examples as testing
 from lookahead.runtime import static as static_setup
 from lookahead.runtime.static import ROUND, full_static_cache
-from lookahead.step.batch import BatchDecoder
+from lookahead.step.batch import Holes
 from lookahead.step.static import StaticSteps, bucket_for
 
 from strategies import batch_rows, eos_ids, max_new_tokens, prompts
@@ -70,7 +70,7 @@ def test_steps_run_at_bucket_sizes_on_a_full_length_static_cache(family):
     hook = model.register_forward_pre_hook(
         lambda _, args, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True
     )
-    config = lookahead.LookaheadConfig(window=2, ngram=3, adaptive=False, static_buckets=(1, 4, 8, 16, 48))
+    config = lookahead.LookaheadConfig(window=2, ngram=3, method="classic", static_buckets=(1, 4, 8, 16, 48))
     try:
         stats = lookahead.LookaheadStats()
         out = lookahead.generate(
@@ -134,7 +134,7 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
     compile_config._compile_all_devices = True
     kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0, cache_implementation="static")
     expected = static_generate(model, ids, **{k: v for k, v in kwargs.items() if k != "cache_implementation"})
-    config = lookahead.LookaheadConfig(window=2, ngram=3, guesses=2, adaptive=False, static_buckets=(1, 16))
+    config = lookahead.LookaheadConfig(window=2, ngram=3, guesses=2, method="classic", static_buckets=(1, 16))
     torch._dynamo.reset()
     counters.clear()
     model.__dict__.pop("_lookahead_cache", None)  # a cache of earlier tests on this model: its buckets are traced
@@ -158,20 +158,20 @@ def test_compiled_steps_compile_each_bucket_once_in_the_warm_up(monkeypatch):
 def test_compiled_buckets_are_timed_once_into_the_curve_that_prices_steps(monkeypatch):
     """Adaptive and compiled, each bucket's compiled forward is timed once per cache; that curve
     (sizes = the buckets) reaches the draft budget, and a later call reuses it."""
-    from lookahead.step import decode
+    from lookahead.step import loop
 
     model = tiny_model("llama", "sdpa")
     model.__dict__.pop("_lookahead_cache", None)
     compile_config = CompileConfig(backend="eager")
     compile_config._compile_all_devices = True
     priced = []
-    real = decode.new_proposer
+    real = loop.proposer_for
 
-    def spy(config, rule, stats, pool, costs, *args):
+    def spy(config, rule, stats, kept, costs, *args):
         priced.append(costs)
-        return real(config, rule, stats, pool, costs, *args)
+        return real(config, rule, stats, kept, costs, *args)
 
-    monkeypatch.setattr(decode, "new_proposer", spy)
+    monkeypatch.setattr(loop, "proposer_for", spy)
     ids = torch.tensor([[5, 6, 7, 8] * 3])
     config = lookahead.LookaheadConfig(static_buckets=(1, 8, 32))
     kwargs = dict(max_new_tokens=16, eos_token_id=None, pad_token_id=0, cache_implementation="static")
@@ -239,9 +239,9 @@ def test_a_static_batch_keeps_every_row_and_gathers_its_holes_when_full(monkeypa
     ids, mask = left_pad([[5, 9, 14, 7, 22, 31] * 3, [3, 4], [10, 11, 12] * 4])
     kwargs = dict(attention_mask=mask, max_new_tokens=60, pad_token_id=0, cache_implementation="static")
     eos = eos_ending_rows(model, ids, mask, 60, [(1, 5)])
-    closes, real = [], BatchDecoder._close_holes
-    monkeypatch.setattr(BatchDecoder, "_close_holes", lambda self: (closes.append(1), real(self)))
-    config = lookahead.LookaheadConfig(adaptive=False, window=2, ngram=3, static_buckets=(1, 8, 16))
+    closes, real = [], Holes._close_holes
+    monkeypatch.setattr(Holes, "_close_holes", lambda self: (closes.append(1), real(self)))
+    config = lookahead.LookaheadConfig(method="classic", window=2, ngram=3, static_buckets=(1, 8, 16))
     got = lookahead.generate(model, ids, lookahead_config=config, eos_token_id=eos, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, eos_token_id=eos, **kwargs).tolist()
     cache = model._lookahead_cache

@@ -1,11 +1,11 @@
-"""Shared hypothesis strategies for the tiny test models, built from ``lookahead.testing``."""
+"""Shared hypothesis strategies for the tiny test models, built from ``lookahead.checking.examples``."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
 
-from lookahead import testing
+from lookahead.checking import examples as testing
 from lookahead.verify.tree import GuessTree
 
 from tiny_models import VOCAB
@@ -34,15 +34,16 @@ def batch_rows(max_rows=8):
 
 @st.composite
 def mask_cases(draw):
-    """A step shape (no window: width 0), a trie of guesses deeper than small windows, a
-    committed prefix partly padding, and the first index a layer still holds."""
+    """A step shape (a classic window of ``levels x width``; no window: width 0), a trie of
+    guesses deeper than small windows whose first row is the window's level 0, a committed
+    prefix partly padding, and the first index a layer still holds."""
     width = draw(st.integers(0, 4))
     levels = draw(st.integers(1, 3))
-    chain = np.array(draw(st.lists(st.integers(0, 3), min_size=width, max_size=width)), dtype=np.int64)
-    rows = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=8), max_size=4))
+    chain = draw(st.lists(st.integers(0, 3), min_size=width, max_size=width))
+    rows = ([chain] if width else []) + draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=8), max_size=4))
     m = max((len(r) for r in rows), default=1)
     cands = np.array([r + [-1] * (m - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), m)
-    tree = GuessTree.build(chain, 1 + levels * width, cands)
+    tree = GuessTree.build(cands)
     past_len = draw(st.integers(0, 12))
     past_visible = draw(st.lists(st.booleans(), min_size=past_len, max_size=past_len))
     kv_offset = draw(st.integers(0, past_len))

@@ -125,3 +125,10 @@ def left_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.tensor([[0] * (n - len(r)) + list(r) for r in rows])
     mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows])
     return ids, mask
+
+
+def recycle(table, fed: torch.Tensor, logits: torch.Tensor) -> None:
+    """What a step does with a ``SuccessorTable``: keep the top-k of ``logits`` (``[q, V]``) as
+    the successors of the ``fed`` tokens (``[q]``), as the decode loop fetches them."""
+    top = logits.float().topk(table.k, dim=-1)
+    table.record(fed.numpy(), top.indices.numpy(), top.values.numpy())

@@ -85,7 +85,6 @@ def check_family(model) -> dict:
         "rng_after": rng_after,
         "query_lengths": lengths,
         "steps": stats.steps,
-        "lean_steps": stats.lean_steps,
         "window_steps": stats.window_steps,
         "plain_steps": stats.plain_steps,
         "tokens_per_forward": stats.tokens_per_forward,

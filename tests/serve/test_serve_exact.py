@@ -76,7 +76,7 @@ def test_a_pool_full_of_other_texts_changes_no_output(servers):
     with runner.store.lease() as pool:
         for text in others:
             ids = tokenizer(text, return_tensors="np").input_ids[0]
-            pool.insert_text(ids)
+            pool.pool.insert_text(ids)
             pool.remember(ids)
     before = runner.stats.as_dict()["accepted_by_source"]
     assert complete(servers.look, False, max_tokens=32) == complete(servers.plain, False, max_tokens=32)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from lookahead import cli
+from lookahead.drafts.kept import KeptState
 from lookahead.drafts.pool import NgramPool
 from lookahead.serve.store import PoolStore, remove_stale_temporaries, save_atomic
 
@@ -27,12 +28,12 @@ START_TIMEOUT_S, STOP_TIMEOUT_S = 120, 60
 SAVER = """
 import sys
 import numpy as np
-from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.kept import KeptState
 from lookahead.serve.store import save_atomic
 
 pools = []
 for k in range(2):  # two versions, told apart by their history's tokens; big, so a save takes a while
-    pool = NgramPool(5, 2, history=1 << 20)
+    pool = KeptState(history=1 << 20)
     pool.remember(np.full((1 << 20) - 1, k + 3))
     pools.append(pool)
 save_atomic(pools[0], sys.argv[1])
@@ -67,7 +68,7 @@ def test_a_bad_pool_file_is_one_line_and_exit_2(tmp_path, capsys, contents, mess
 
 def test_a_pool_of_another_shape_or_folder_is_refused(tmp_path, capsys):
     need_server_packages()
-    NgramPool(4, 2).save(tmp_path / "small.npz")
+    KeptState(NgramPool(4, 2)).save(tmp_path / "small.npz")
     assert cli.main(["serve", "--pool", str(tmp_path / "small.npz"), "--port", "0"]) == cli.EXIT_USAGE
     assert "ngram=4" in capsys.readouterr().err
     assert cli.main(["serve", "--pool", str(tmp_path / "no" / "pool.npz"), "--port", "0"]) == cli.EXIT_USAGE
@@ -76,12 +77,12 @@ def test_a_pool_of_another_shape_or_folder_is_refused(tmp_path, capsys):
 
 def test_an_atomic_save_replaces_the_file_whole(tmp_path):
     path = tmp_path / "pool.npz"
-    old, new = NgramPool(5, 2), NgramPool(5, 2)
+    old, new = KeptState(), KeptState()
     old.remember(np.arange(3, 10))
     new.remember(np.arange(3, 30))
     save_atomic(old, str(path))
     save_atomic(new, str(path))
-    assert NgramPool.load(path).history.shape[0] == 28  # numpy added no ".npz", no temp file is left
+    assert len(KeptState.load(path).history) == 28  # numpy added no ".npz", no temp file is left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pool.npz"]
 
 
@@ -103,7 +104,7 @@ def test_kill_9_during_saves_leaves_a_pool_that_loads(tmp_path):
         finally:
             child.kill()  # SIGKILL: no handler, no cleanup
             child.wait(STOP_TIMEOUT_S)
-        history = NgramPool.load(path).history
+        history = KeptState.load(path).history.tokens
         assert history.shape[0] == 1 << 20 and int(history[0]) in (3, 4)
         leftovers = [p for p in tmp_path.iterdir() if p.name != "pool.npz"]
         interrupted += bool(leftovers)
@@ -131,7 +132,7 @@ def test_a_new_store_removes_only_dead_savers_temporaries(tmp_path):
     other = tmp_path / f".other.npz.{dead.pid}.abc123.tmp"  # another target's
     for p in (stale, live_one, other):
         p.write_bytes(b"partial")
-    PoolStore(NgramPool(5, 2), str(path), None, 10)
+    PoolStore(KeptState(), str(path), None, 10)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live_one.name, other.name])
 
 
@@ -158,7 +159,7 @@ def test_sigterm_saves_the_pool_and_a_reload_is_still_exact(tmp_path, servers):
             child.wait(STOP_TIMEOUT_S)
         log.close()
     assert "the pool was saved to" in (tmp_path / "stderr.txt").read_text()
-    assert NgramPool.load(path).history.shape[0] > 32  # both requests' texts
+    assert len(KeptState.load(path).history) > 32  # both requests' texts
     _reloaded_is_exact(path, servers)
 
 
@@ -181,7 +182,7 @@ def _reloaded_is_exact(path, servers) -> None:
     from lookahead.serve.app import build_app
 
     served = build_app(embedded_options(pool_path=str(path), warmup=False))
-    assert served.runner.store.pool.history.shape[0] > 32
+    assert len(served.runner.store.pool.history) > 32
     with live(served, servers.plain.model) as look:
         for prompt in ("def add(a, b):\n", "def add(x, y):\n"):
             got = look.client.completions.create(model=look.model, prompt=prompt, max_tokens=24)

@@ -12,7 +12,7 @@ from test_serve_exact import complete
 from transformers import GenerationConfig
 
 from lookahead.config import LookaheadConfig
-from lookahead.drafts.pool import NgramPool
+from lookahead.drafts.kept import KeptState
 from lookahead.serve.runner import BadRequest, Runner
 from lookahead.serve.stats import ServeStats
 from lookahead.serve.store import PoolStore, save_atomic
@@ -89,7 +89,7 @@ def test_a_client_gone_mid_stream_cancels_its_request_and_the_server_goes_on(ser
     assert complete(live, False, max_tokens=16) == complete(servers.plain, False, max_tokens=16)
     with live.served.runner.store.lease() as pool:
         save_atomic(pool, str(tmp_path / "pool.npz"))
-    assert NgramPool.load(tmp_path / "pool.npz").history.shape == pool.history.shape
+    assert KeptState.load(tmp_path / "pool.npz").history.tokens.shape == pool.history.tokens.shape
 
 
 def _cancelled(live) -> int:

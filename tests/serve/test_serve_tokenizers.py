@@ -33,10 +33,10 @@ def test_a_loaded_pool_of_another_tokenizer_is_refused_by_generate(tmp_path):
     tok, other = tiny_tokenizer(), other_tokenizer()
     assert len(tok) == len(other) and files.fingerprint(tok) != files.fingerprint(other)
     model = tiny_model("llama")
-    pool = lookahead.NgramPool(5, 2)
-    pool.insert_text(np.arange(3, 20))
+    pool = lookahead.KeptState(lookahead.NgramPool(5, 2))
+    pool.pool.insert_text(np.arange(3, 20))
     pool.save(tmp_path / "pool.npz", tokenizer=tok)
-    loaded = lookahead.NgramPool.load(tmp_path / "pool.npz")  # no tokenizer: the file's mark is kept
+    loaded = lookahead.KeptState.load(tmp_path / "pool.npz")  # no tokenizer: the file's mark is kept
     assert loaded.vocabulary == files.fingerprint(tok)
     with pytest.raises(ValueError, match="lookahead_pool was made with another tokenizer"):
         lookahead.generate(model, IDS, lookahead_pool=loaded, tokenizer=other, **KWARGS)
@@ -46,7 +46,7 @@ def test_a_loaded_pool_of_another_tokenizer_is_refused_by_generate(tmp_path):
 
 def test_a_pool_used_with_one_tokenizer_is_refused_with_another():
     """A pool made in memory takes the fingerprint of the first tokenizer it is used with."""
-    model, pool = tiny_model("llama"), lookahead.NgramPool(5, 2)
+    model, pool = tiny_model("llama"), lookahead.KeptState()
     lookahead.generate(model, IDS, lookahead_pool=pool, tokenizer=tiny_tokenizer(), **KWARGS)
     assert pool.vocabulary == files.fingerprint(tiny_tokenizer())
     with pytest.raises(ValueError, match="another tokenizer"):
@@ -65,8 +65,7 @@ def test_serve_refuses_a_pool_of_another_tokenizer(tmp_path, capsys):
     """The embedded model's server, handed a pool file marked with the tiny tokenizer: exit 2,
     one line naming the file and the mismatch, before the model loads."""
     need_server_packages()
-    pool = lookahead.NgramPool(5, 2)
-    pool.save(tmp_path / "foreign.npz", tokenizer=tiny_tokenizer())
+    lookahead.KeptState().save(tmp_path / "foreign.npz", tokenizer=tiny_tokenizer())
     assert cli.main(["serve", "--pool", str(tmp_path / "foreign.npz"), "--port", "0"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("lookahead serve: error: ") and "made with another tokenizer" in err

@@ -33,7 +33,7 @@ def test_an_exported_folder_keeps_a_pool_per_model_under_plain_serve(tmp_path, s
                 servers.plain, False, prompt=prompt, max_tokens=24
             )
             (pool, _lock), *others = getattr(timed.model, kept.ATTRIBUTE).values()
-            held.append(int(pool.history.shape[0]))
+            held.append(len(pool.history))
     assert not others and held[0] < held[1] < held[2]  # one pool, each request's text kept in it
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lookahead.drafts import budget
 from lookahead.drafts.budget import CONTEXT_PRIORS, COPY_BINS, KEPT_WEIGHT, RATIO_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.drafts.source import Bin
 from lookahead.step.costmodel import CostCurve
 
 tokens = st.integers(0, 5)
@@ -189,9 +190,9 @@ def test_dear_forwards_feed_nothing_free_ones_the_whole_draft():
     one the whole tree and every row do, each row tagged with its leaf's source."""
     rows = [(1, np.array([[40, 41, -1, -1]], dtype=np.int64))]
     dear = DraftBudget(8, CostCurve.linear(1.0), 0.0, POOL, 4)
-    assert dear.plan(chain(6), rows)[0].shape[0] == 0
+    assert dear.plan([chain(6)], rows)[0].shape[0] == 0
     cheap = DraftBudget(8, CostCurve.linear(0.001), 0.0, POOL, 4)
-    got, origins = cheap.plan(chain(6), rows)
+    got, origins = cheap.plan([chain(6)], rows)
     assert sorted(map(tuple, got.tolist())) == [(10, 11, 12, 13, 14, 15), (40, 41, -1, -1, -1, -1)]
     assert sorted(origins) == ["copy", "pool"]
 
@@ -201,27 +202,27 @@ def test_bins_learn_what_held():
     fed; a row bin that never held is no longer worth feeding; unseen bins keep their prior."""
     costs = CostCurve.linear(0.05)
     plan = DraftBudget(8, costs, 0.0, POOL, 4)
-    assert plan.plan(chain(3), [])[0].shape[1] == 3
+    assert plan.plan([chain(3)], [])[0].shape[1] == 3
     for _ in range(30):
-        plan.plan(chain(3), [])
+        plan.plan([chain(3)], [])
         plan.learn([99])  # the first node missed
-    assert plan.plan(chain(3), [])[0].shape[0] == 0
+    assert plan.plan([chain(3)], [])[0].shape[0] == 0
     b = SHARE_BINS - 1  # share 1.0, a context of one token
     assert 1 <= plan.fed[b] < 30 and plan.held[b] == 0  # it stopped being fed
     assert plan.copy_ratio < 1  # and every copy bin's prior fell with it
     assert plan.fed[5] == 0  # a half share was never seen
     rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
     for _ in range(30):
-        plan.plan(None, rows)
+        plan.plan([None], rows)
         plan.learn([40, 41, 42, 43, 7])  # the whole row held
-    assert plan.plan(None, rows)[0].tolist() == [[40, 41, 42, 43]]
+    assert plan.plan([None], rows)[0].tolist() == [[40, 41, 42, 43]]
     assert plan.held[COPY_BINS] == plan.fed[COPY_BINS] == 30
     missed = [(1, np.array([[50, 51]], dtype=np.int64))]
-    assert plan.plan(None, missed)[0].shape[0] == 1
+    assert plan.plan([None], missed)[0].shape[0] == 1
     for _ in range(30):
-        plan.plan(None, missed)
+        plan.plan([None], missed)
         plan.learn([7])
-    assert plan.plan(None, missed)[0].shape[0] == 0
+    assert plan.plan([None], missed)[0].shape[0] == 0
     first_key_bin = COPY_BINS + 4
     assert 1 <= plan.fed[first_key_bin] < 30 and plan.held[first_key_bin] == 0  # it stopped being fed
     assert plan.fed[first_key_bin + 1] == 0  # its second token was never reached
@@ -235,17 +236,27 @@ def test_a_copy_node_starts_from_its_share_in_its_context_group():
     toks, parents, probs, _ = chain(5, 0.5)
     cond, bins, rates = np.empty(5), np.empty(5, dtype=np.int64), np.empty(5)
     fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
-    budget.copy_chances(parents, probs, 5, 2, fed, held, 2.0, 1.0, bins, rates, cond)  # contexts 2-6
+    out_t, out_p, where = np.empty(5, dtype=np.int64), np.empty(5, dtype=np.int64), np.empty(5, dtype=np.int64)
+
+    def add(match, ratio):  # the chain's nodes become candidates 0..4, in order
+        assert (
+            budget.add_tree(
+                toks, parents, probs, 5, match, 0, fed, held, 2.0, ratio, 0, out_t, out_p, cond, bins, rates, where
+            )
+            == 5
+        )
+
+    add(2, 1.0)  # contexts 2-6
     want = [CONTEXT_PRIORS[1] * 0.5] * 2 + [CONTEXT_PRIORS[2] * 0.5] * 3
     assert cond.tolist() == pytest.approx(want) and rates.tolist() == pytest.approx(want)
     assert bins.tolist() == [SHARE_BINS + 5] * 2 + [2 * SHARE_BINS + 5] * 3
-    budget.copy_chances(parents, probs, 5, 8, fed, held, 2.0, 0.5, bins, rates, cond)  # contexts 8-12
+    add(8, 0.5)  # contexts 8-12
     assert bins.tolist() == [3 * SHARE_BINS + 5] * 5
     assert cond.tolist() == pytest.approx([CONTEXT_PRIORS[3] * 0.5 * 0.5] * 5)  # a ratio of 0.5 halves it
-    budget.copy_chances(parents, probs, 5, 8, fed, held, 2.0, 4.0, bins, rates, cond)
+    add(8, 4.0)
     assert cond.tolist() == pytest.approx([1.0] * 5)  # a chance is at most 1
     fed[3 * SHARE_BINS + 5], held[3 * SHARE_BINS + 5] = 10.0, 0.0  # that bin never held
-    budget.copy_chances(parents, probs, 5, 8, fed, held, 2.0, 1.0, bins, rates, cond)
+    add(8, 1.0)
     assert cond[0] == pytest.approx(2 * CONTEXT_PRIORS[3] * 0.5 / 12)
 
 
@@ -256,17 +267,17 @@ def test_the_copy_ratio_moves_every_copy_bin():
     plan = DraftBudget(8, costs, 0.0, POOL, 4)
     assert plan.copy_ratio == 1.0
     for _ in range(10):
-        plan.plan(chain(1, match=8), [])
+        plan.plan([chain(1, match=8)], [])
         plan.learn([99])
     assert plan.copy_ratio == pytest.approx(RATIO_PRIOR / (RATIO_PRIOR + plan.promised[0]))
     assert plan.promised[0] == pytest.approx(CONTEXT_PRIORS[3] * plan.fed[3 * SHARE_BINS + 9])
     low = plan.copy_ratio
-    plan.plan(chain(1, match=2), [])  # an unseen bin
+    plan.plan([chain(1, match=2)], [])  # an unseen bin
     chance = plan._arrays[0][4][0]
     assert chance == pytest.approx(CONTEXT_PRIORS[1] * low)
     rising = DraftBudget(8, costs, 0.0, POOL, 4)
     for _ in range(10):
-        rising.plan(chain(1), [])  # promised half a token each time
+        rising.plan([chain(1)], [])  # promised half a token each time
         rising.learn([10, 5])
     assert rising.copy_ratio > 1.5
 
@@ -277,15 +288,15 @@ def test_scaled_priors_feed_less_until_the_bins_learn():
     costs = CostCurve.linear(0.3)
     rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
     plan = DraftBudget(8, costs, 0.0, POOL, 4)
-    assert plan.plan(chain(3), rows)[0].shape[0] > 0
+    assert plan.plan([chain(3)], rows)[0].shape[0] > 0
     plan.scale_priors(0.2)
-    assert plan.plan(chain(3), rows)[0].shape[0] == 0
+    assert plan.plan([chain(3)], rows)[0].shape[0] == 0
     plan.scale_priors(1.0)
     for _ in range(20):
-        plan.plan(None, rows)
+        plan.plan([None], rows)
         plan.learn([40, 41, 42, 43, 7])
     plan.scale_priors(0.2)
-    assert plan.plan(None, rows)[0].tolist() == [[40, 41, 42, 43]]
+    assert plan.plan([None], rows)[0].tolist() == [[40, 41, 42, 43]]
 
 
 def test_refill_feeds_free_room_with_the_likeliest_nodes():
@@ -295,7 +306,7 @@ def test_refill_feeds_free_room_with_the_likeliest_nodes():
     than the chain's fourth), and what it fed is what is learnt."""
     plan = DraftBudget(8, CostCurve.linear(1.0), 0.0, POOL, 4)
     rows = [(1, np.array([[40, 41, -1, -1]], dtype=np.int64))]
-    assert plan.plan(chain(6), rows)[0].shape[0] == 0
+    assert plan.plan([chain(6)], rows)[0].shape[0] == 0
     got, origins = plan.refill(4)
     assert got.tolist() == [[10, 11, 12], [40, -1, -1]] and origins == ("copy", "pool")
     plan.learn([10, 11, 99])
@@ -303,7 +314,7 @@ def test_refill_feeds_free_room_with_the_likeliest_nodes():
     assert plan.refill(100)[0].size and plan.refill(0)[0].shape[0] == 0  # capped, and back to none
 
 
-WINDOW = (("window", 0.25, 0.5),) + POOL
+WINDOW = (Bin("window", 0.25, 0.5, free=True),) + POOL
 
 
 def test_a_fed_node_also_buys_the_next_step_a_window_guess():
@@ -315,17 +326,17 @@ def test_a_fed_node_also_buys_the_next_step_a_window_guess():
     weak = [(2, np.array([[40, -1]], dtype=np.int64))]  # the pool's key rows, prior 0.3
     alone = DraftBudget(8, costs, 0.0, POOL, 2)
     alone.scale_priors(0.05)  # a flat sampling rule: the row's chance is 0.015
-    assert alone.plan(None, [(1, weak[0][1])])[0].shape[0] == 0
+    assert alone.plan([None], [(1, weak[0][1])])[0].shape[0] == 0
     plan = DraftBudget(8, costs, 0.0, WINDOW, 2)
     plan.scale_priors(0.05)
     assert plan.window_value == pytest.approx(0.25)  # unscaled: its prior rate
     assert plan.window_worth == pytest.approx(0.25 - 0.04)  # less a second token's price
-    assert plan.plan(None, weak)[0].tolist() == [[40]]
+    assert plan.plan([None], weak)[0].tolist() == [[40]]
     plan.learn([7])
     for _ in range(40):
         plan.score_window(False)
     assert plan.window_value == pytest.approx(2 * 0.25 / 42)
-    assert plan.plan(None, weak)[0].shape[0] == 0
+    assert plan.plan([None], weak)[0].shape[0] == 0
     for _ in range(60):
         plan.score_window(True)
     assert plan.window_value == pytest.approx((60 + 0.5) / 102)
@@ -337,3 +348,51 @@ def test_a_fed_node_also_buys_the_next_step_a_window_guess():
     assert dear.window_worth == 0.0  # on a curve where a second token is dear it buys nothing
     assert later.window_seen[0] == pytest.approx(KEPT_WEIGHT)
     assert later.window_value == pytest.approx((KEPT_WEIGHT * 0.6 + 0.5) / (KEPT_WEIGHT + 2))
+
+
+@settings(max_examples=200)
+@given(tree=trees(max_nodes=8), data=st.data(), per_token=st.sampled_from([0.0, 0.3, 1.0]))
+def test_ties_keep_a_parent_before_its_child(tree, data, per_token):
+    """Chances drawn from 0, 1/2 and 1 tie all the time (a child of chance 1 ties its parent's
+    path chance; chance-0 nodes tie each other): whatever number of nodes is fed, freely or
+    by the budget's own choice, every fed node's parent is fed too (ties keep index order,
+    and a parent comes before its children)."""
+    _, parents = tree
+    n = len(parents)
+    cond = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n)), dtype=np.float64)
+    curve = CostCurve.linear(per_token)
+    costs = np.array([curve(k) for k in range(1, n + 2)])
+    for fill in range(n + 1):
+        keep = np.zeros(n, dtype=np.bool_)
+        fed = budget.choose(parents, cond, n, costs, 0.0, fill, 0.0, keep) if n else 0
+        assert fed == keep.sum() >= min(fill, n)
+        assert all(parents[i] < 0 or keep[parents[i]] for i in range(n) if keep[i]), (parents, cond, fill)
+
+
+def test_a_tie_at_the_cut_feeds_the_parent():
+    """The case a one-character slip in the insertion order (``<=`` for ``<``) gets wrong: a
+    child of chance 1 ties its parent's path chance, and one node pays where two do not."""
+    parents, cond = np.array([-1, 0]), np.array([0.5, 1.0])
+    keep = np.zeros(2, dtype=np.bool_)
+    assert budget.choose(parents, cond, 2, np.array([1.0, 1.2, 2.0]), 0.0, 0, 0.0, keep) == 1
+    assert keep.tolist() == [True, False]
+    plan = DraftBudget(4, CostCurve((1, 2, 3), (1.0, 1.2, 2.0)), 0.0, POOL, 2)
+    plan.prior_rates[:] = 0.0  # the two depths' bins promise 0.5 and 1.0: a tie of path chances
+    plan.fed[:], plan.held[:] = 0.0, 0.0
+    plan.held[COPY_BINS : COPY_BINS + 2], plan.fed[COPY_BINS : COPY_BINS + 2] = [1.0, 2.0], [2.0, 2.0]
+    plan.prior = 1e-9
+    plan._update()
+    assert plan.plan([None], [(0, np.array([[40, 41]], dtype=np.int64))])[0].tolist() == [[40]]
+
+
+def test_a_node_two_sources_share_keeps_the_better_chance_and_its_first_bin():
+    """A row that runs along the copy tree merges into it: the shared node keeps the first
+    source's bin (it learns there only) and the better of the two chances."""
+    plan = DraftBudget(8, CostCurve.linear(0.01), 0.0, POOL, 4)
+    rows = [(0, np.array([[10, 11, 50]], dtype=np.int64))]
+    got, origins = plan.plan([chain(2)], rows)
+    tokens, parents, bins, _, cond, _ = (a[: plan._count] for a in plan._arrays[0])
+    assert tokens.tolist() == [10, 11, 50] and parents.tolist() == [-1, 0, 1]
+    assert bins[0] < COPY_BINS and bins[1] < COPY_BINS and bins[2] == COPY_BINS + 2
+    assert cond[0] == max(plan._chances[COPY_BINS], CONTEXT_PRIORS[0] * 1.0)
+    assert got.tolist() == [[10, 11, 50]] and origins == ("pool",)

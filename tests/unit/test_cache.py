@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 from transformers.cache_utils import DynamicCache
 
 from lookahead.step.cache import commit, commit_rows, gather_rows, held_from, prepare_cache, trim_rows
-from lookahead.step.classic import window_layout
+from lookahead.step.classic import classic_layout
 from lookahead.step.mask import StepMask, attention_groups
 from lookahead.verify.tree import GuessTree
 
@@ -43,15 +43,15 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache = fresh_cache(self.model, prompt)
         prepare_cache(self.cache)
         windows, self.index = attention_groups(self.model, self.cache)
-        self.mask = StepMask(window_layout(1, 0), windows, torch.float32, "cpu")
+        self.mask = StepMask(windows, torch.float32, "cpu")
 
     @rule(root=tokens, cands=st.lists(st.lists(tokens, min_size=3, max_size=3), max_size=4), data=st.data())
     def step(self, root, cands, data):
         past = len(self.committed)
         cand_arr = np.array(cands, dtype=np.int64).reshape(-1, 3)
-        tree = GuessTree.build(np.zeros(0, dtype=np.int64), 1, cand_arr)
+        tree = GuessTree.build(cand_arr)
         sizes = {name: (held_from(self.cache.layers[i], past), past) for name, i in self.index.items()}
-        offsets, mask = self.mask.build(tree, sizes, torch.ones(past, dtype=torch.bool))
+        offsets, mask = self.mask.build(tree.layout(), sizes, torch.ones(past, dtype=torch.bool))
         ids = torch.tensor([[root] + tree.tokens.tolist()])
         with torch.no_grad():
             self.model(
@@ -63,13 +63,13 @@ class CacheMachine(RuleBasedStateMachine):
             )
         path, node = [0], 0
         while True:
-            kids = [tree.base + d for d in range(tree.size) if tree.parents[d] == node]
+            kids = [1 + d for d in range(tree.size) if tree.parents[d] == node]
             if not kids or not data.draw(st.booleans()):
                 break
             node = data.draw(st.sampled_from(kids))
             path.append(node)
         commit(self.cache, past, ids.shape[1], path)
-        self.committed += [root] + [int(tree.tokens[n - tree.base]) for n in path[1:]]
+        self.committed += [root] + [int(tree.tokens[n - 1]) for n in path[1:]]
 
     @invariant()
     def matches_recompute(self):
@@ -158,14 +158,14 @@ class LongStepMachine(RuleBasedStateMachine):
     def step(self, root, levels, chain, cands, data):
         width, past = len(chain), len(self.committed)
         upper = [data.draw(st.lists(tokens, min_size=width, max_size=width)) for _ in range(levels - 1)]
-        base = 1 + levels * width
-        m = max(len(c) for c in cands)
-        cand_arr = np.array([c + [-1] * (m - len(c)) for c in cands], dtype=np.int64)
-        tree = GuessTree.build(np.array(chain, dtype=np.int64), base, cand_arr)
-        step_mask = StepMask(window_layout(levels, width), self.windows, torch.float32, "cpu")
+        rows = ([chain] if chain else []) + cands  # the window's level 0 is the trie's first row
+        m = max(len(c) for c in rows)
+        tree = GuessTree.build(np.array([c + [-1] * (m - len(c)) for c in rows], dtype=np.int64))
+        layout = classic_layout(tree, levels, width)
+        step_mask = StepMask(self.windows, torch.float32, "cpu")
         sizes = {name: (held_from(self.cache.layers[i], past), past) for name, i in self.index.items()}
-        offsets, mask = step_mask.build(tree, sizes, torch.ones(past, dtype=torch.bool))
-        ids = torch.tensor([[root] + chain + [t for row in upper for t in row] + tree.tokens.tolist()])
+        offsets, mask = step_mask.build(layout, sizes, torch.ones(past, dtype=torch.bool))
+        ids = torch.tensor([[root] + tree.tokens.tolist() + [t for row in upper for t in row]])
         with torch.no_grad():
             logits = self.model(
                 input_ids=ids,
@@ -175,13 +175,12 @@ class LongStepMachine(RuleBasedStateMachine):
                 use_cache=True,
             ).logits[0]
 
-        nodes = list(range(width + 1)) + [base + d for d in range(tree.size)]
-        deepest = max(nodes, key=lambda n: n if n <= width else int(tree.depths[n - base]))
+        nodes = list(range(1 + tree.size))
+        deepest = max(nodes, key=lambda n: int(tree.depths[n - 1]) if n else 0)
         target = data.draw(st.one_of(st.just(deepest), st.sampled_from(nodes)))
         path = [target]
         while path[-1] != 0:
-            node = path[-1]
-            path.append(node - 1 if node <= width else int(tree.parents[node - base]))
+            path.append(int(tree.parents[path[-1] - 1]))
         path.reverse()
         commit(self.cache, past, ids.shape[1], path)
         self.committed += [int(ids[0, n]) for n in path]

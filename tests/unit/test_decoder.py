@@ -1,4 +1,4 @@
-"""The decoder's parts (``lookahead.step.decode``) against their documented behaviour.
+"""The decode loop's parts (``lookahead.step``: loop, proposer, classic) against their documented behaviour.
 
 Token buffers past their growth; default stopping criteria answered without running them and
 ``ignore_stops``; which source a step's accepted guesses are credited to; every stats count
@@ -26,7 +26,7 @@ from lookahead.sampling.rule import Pick
 from lookahead.stats import LookaheadStats
 from lookahead.step.classic import ClassicProposer, _stack
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.inputs import StepInputs, _common
+from lookahead.step.proposer import Plan, Proposer, _common
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify.tree import GuessTree
 
@@ -114,15 +114,17 @@ def test_ignore_stops_goes_on_past_eos_and_length():
     assert seq.ids.tolist() == [[5, 6, 7, 7, 3, 4, 7, 8]]
 
 
-def layout(chain, rows, origins, windowed=True) -> StepInputs:
-    chain = np.asarray(chain, dtype=np.int64)
+def layout(chain, rows, origins) -> Plan:
+    """A classic step's plan: the window's level 0 (``chain``) as the first row, the window's."""
+    if chain:
+        rows, origins = [chain, *rows], ["window", *origins]
     cands = None
     if rows:  # rows padded with -1, as the decoder stacks them
         cands = np.full((len(rows), max(map(len, rows))), -1, dtype=np.int64)
         for i, row in enumerate(rows):
             cands[i, : len(row)] = row
-    tree = GuessTree.build(chain, 1 + len(chain), cands)
-    return StepInputs(tree, None, None, None, cands, tuple(origins), windowed)
+    tree = GuessTree.build(cands)
+    return Plan(tree, [0, *tree.tokens.tolist()], cands, tuple(origins), tree.layout())
 
 
 @pytest.mark.parametrize(
@@ -137,15 +139,15 @@ def layout(chain, rows, origins, windowed=True) -> StepInputs:
         ([10, 11, 12], [[10, 11, 12], [10, 11, 12]], ["copy", "pool"], [10, 11, 12], "window"),
         ([], [[20, 21, -1], [20, 21, 22]], ["copy", "pool"], [20, 21], "copy"),
         ([], [[20, 21, -1], [20, 21, 22]], ["pool", "successors"], [20, 21, 5], "pool"),
-        # nothing guessed matches (cannot happen after an accepted guess, but defined)
-        ([], [[30, 31]], ["pool"], [40], "window"),
+        # nothing guessed matches (cannot happen after an accepted guess, but defined: no source)
+        ([], [[30, 31]], ["pool"], [40], ""),
     ],
 )
 def test_source_of_credits_the_longest_match(chain, rows, origins, held, source):
     assert layout(chain, rows, origins).source_of(held) == source
 
 
-def test_source_of_without_rows_is_the_window():
+def test_source_of_the_window_s_level_alone_is_the_window():
     assert layout([10, 11], [], []).source_of([10, 11]) == "window"
 
 
@@ -283,9 +285,8 @@ def test_plain_steps_equal_greedy(family, padded):
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_stats=stats, lookahead_costs=CostCurve.linear(1.0), **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
-    # plain steps are lean steps too; a window whose tokens cost a forward each is not tried
-    # within 40 steps (its tries wait by their price: see ShapeController)
-    assert stats.steps // 2 < stats.plain_steps <= stats.lean_steps == stats.steps
+    # every step is the budget's: a draft, or plain
+    assert stats.steps // 2 < stats.plain_steps and stats.plain_steps + stats.draft_steps == stats.steps
 
 
 def test_the_budget_weighs_the_given_cost_curve():
@@ -348,13 +349,13 @@ def test_each_guess_row_has_its_source(monkeypatch):
 
     def spy(self, *args, **kwargs):
         out = plan(self, *args, **kwargs)
-        plans.append(out[2:])
+        plans.append((out.rows, out.origins))
         return out
 
     monkeypatch.setattr(ClassicProposer, "plan", spy)
-    config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, successors=2, adaptive=False)
+    config = lookahead.LookaheadConfig(window=3, ngram=3, guesses=3, successors=2, method="classic")
     lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
-    order = {"copy": 0, "pool": 1, "successors": 2}
+    order = {"window": -1, "copy": 0, "pool": 1, "successors": 2}
     mixed = 0
     for cands, origins in plans:
         if cands is None:
@@ -362,7 +363,7 @@ def test_each_guess_row_has_its_source(monkeypatch):
             continue
         assert cands.dtype == np.int64 and len(origins) == cands.shape[0]
         assert [order[o] for o in origins] == sorted(order[o] for o in origins)
-        mixed += len(set(origins)) == 3
+        mixed += {"copy", "pool", "successors"} <= set(origins)
     assert mixed > 0
 
 
@@ -377,12 +378,12 @@ def test_accepted_text_is_filed_once():
             super().insert_text(tokens, start)
 
     model = tiny_model("llama", "sdpa")
-    config = lookahead.LookaheadConfig(window=0, ngram=4, guesses=4, successors=0, adaptive=False)
+    config = lookahead.LookaheadConfig(window=0, ngram=4, guesses=4, successors=0, method="classic")
     out = lookahead.generate(
         model,
         REPEAT,
         lookahead_config=config,
-        lookahead_pool=Recording(4, 4),
+        lookahead_pool=lookahead.KeptState(Recording(4, 4)),
         max_new_tokens=24,
         eos_token_id=None,
         pad_token_id=0,
@@ -397,16 +398,16 @@ def test_window_ngrams_are_keyed_after_the_steps_root(monkeypatch):
     roots, fed = [], []
     advance = ClassicProposer._advance_window
 
-    def spy(self, logits, accepted, root):
+    def spy(self, plan, preds, accepted, root):
         roots.append(root)
-        return advance(self, logits, accepted, root)
+        return advance(self, plan, preds, accepted, root)
 
     monkeypatch.setattr(ClassicProposer, "_advance_window", spy)
     handle = model.register_forward_pre_hook(
         lambda module, args, kwargs: fed.append(int(kwargs["input_ids"][0, 0])), with_kwargs=True
     )
     try:
-        config = lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, adaptive=False)
+        config = lookahead.LookaheadConfig(window=4, ngram=4, guesses=4, method="classic")
         lookahead.generate(model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0)
     finally:
         handle.remove()
@@ -419,14 +420,14 @@ def test_window_ngrams_are_filed_under_their_two_token_context():
     token before them and their first token (the pool's keys from 2**32 on)."""
     model = tiny_model("phi", "sdpa")
     config = lookahead.LookaheadConfig(
-        window=4, ngram=4, guesses=4, adaptive=False, prompt_ngrams=False, context_tokens=2, successors=0
+        window=4, ngram=4, guesses=4, method="classic", prompt_ngrams=False, context_tokens=2, successors=0
     )
     pool = lookahead.NgramPool(4, 4, context_tokens=2)
     lookahead.generate(
         model,
         REPEAT,
         lookahead_config=config,
-        lookahead_pool=pool,
+        lookahead_pool=lookahead.KeptState(pool),
         max_new_tokens=16,
         eos_token_id=None,
         pad_token_id=0,
@@ -448,7 +449,7 @@ def test_recycled_guesses_are_ngram_minus_one_long():
         for ngram in (3, 5):
             depths.clear()
             config = lookahead.LookaheadConfig(
-                window=0, guesses=0, copy_length=0, prompt_ngrams=False, adaptive=False, successors=2, ngram=ngram
+                window=0, guesses=0, copy_length=0, prompt_ngrams=False, method="classic", successors=2, ngram=ngram
             )
             lookahead.generate(
                 model, REPEAT, lookahead_config=config, max_new_tokens=24, eos_token_id=None, pad_token_id=0
@@ -479,7 +480,7 @@ def test_stats_count_what_the_forwards_did():
     fed guesses."""
     model = tiny_model("gpt2", "sdpa")
     config = lookahead.LookaheadConfig(
-        window=0, guesses=4, ngram=4, copy_length=0, successors=0, prompt_ngrams=True, adaptive=False
+        window=0, guesses=4, ngram=4, copy_length=0, successors=0, prompt_ngrams=True, method="classic"
     )
     ids = torch.tensor([[4, 8, 15] * 5])
     stats = lookahead.LookaheadStats()
@@ -510,8 +511,8 @@ def test_stats_count_what_the_forwards_did():
     assert stats.guess_tokens == sum(n - 1 for n, _ in steps)
     assert stats.pool_lookups == len(steps)
     assert stats.pool_hits == sum(n > 1 for n, _ in steps) > 0
-    # adaptive=False: the full shape always (plain where it found no guess)
-    assert (stats.lean_steps, stats.plain_steps) == (0, sum(n == 1 for n, _ in steps))
+    # method="classic": the full shape always (plain where it found no guess), never a budget's draft
+    assert (stats.draft_steps, stats.plain_steps) == (0, sum(n == 1 for n, _ in steps))
     assert stats.source_tokens == {"pool": sum(accepted) - len(steps)}
     assert 0 < stats.forward_s < stats.total_s
 
@@ -521,7 +522,7 @@ def test_count_credits_the_guess_that_held_longest():
     source whose guess matched the most of ``held`` (the whole of it, not its start)."""
     stats = lookahead.LookaheadStats()
     step = layout([10, 11, 12], [[10, 11, 13, 14]], ["pool"])
-    ClassicProposer.count(SimpleNamespace(stats=stats, windowed=True), step, 8, [10, 11, 13, 14, 30])
+    Proposer.count(SimpleNamespace(stats=stats, planner=None), step, 8, [10, 11, 13, 14, 30])
     assert stats.source_tokens == {"pool": 4}
     assert (stats.steps, stats.guess_tokens, stats.accepted) == (1, 7, [0, 0, 0, 0, 0, 1])
 
@@ -531,7 +532,7 @@ def test_copy_guess_reads_a_kept_pool_s_history():
     text: the second request of the same prompt, copy only, equals greedy and copies more."""
     model = tiny_model("llama", "sdpa")
     config = lookahead.LookaheadConfig(
-        window=0, guesses=1, ngram=2, copy_length=16, prompt_ngrams=False, successors=0, adaptive=False
+        window=0, guesses=1, ngram=2, copy_length=16, prompt_ngrams=False, successors=0, method="classic"
     )
-    first, second = two_requests(model, REPEAT, config, lookahead.NgramPool(2, 1, context_tokens=config.context_tokens))
+    first, second = two_requests(model, REPEAT, config, lookahead.KeptState())
     assert second.source_tokens.get("copy", 0) > first.source_tokens.get("copy", 0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from lookahead import NgramPool, SuffixIndex, files
+from lookahead import KeptState, NgramPool, SuffixIndex, files
 
 from tiny_models import VOCAB, tiny_tokenizer
 
@@ -18,8 +18,8 @@ def _index(tmp_path, tokens: int = 4000, tokenizer=None):
 
 
 def _pool(tmp_path, tokenizer=None):
-    pool = NgramPool(4, 3, capacity=64)
-    pool.insert_text(np.arange(3, 40, dtype=np.int64) % 11 + 3)
+    pool = KeptState(NgramPool(4, 3, capacity=64))
+    pool.pool.insert_text(np.arange(3, 40, dtype=np.int64) % 11 + 3)
     pool.remember(np.arange(3, 9))
     pool.save(tmp_path / "pool.npz", tokenizer=tokenizer)
     return pool, tmp_path / "pool.npz"
@@ -33,7 +33,9 @@ def test_a_truncated_index_is_a_clear_error(tmp_path):
         SuffixIndex.load(cut)
 
 
-@pytest.mark.parametrize("load,kind", [(SuffixIndex.load, "suffix index"), (NgramPool.load, "pool")])
+@pytest.mark.parametrize(
+    "load,kind", [(SuffixIndex.load, "suffix index"), (KeptState.load, "pool"), (NgramPool.load, "pool")]
+)
 def test_a_text_file_is_not_an_archive(tmp_path, load, kind):
     path = tmp_path / "notes.txt"
     path.write_text("def f():\n    return 1\n")
@@ -45,8 +47,9 @@ def test_a_text_file_is_not_an_archive(tmp_path, load, kind):
 def test_each_kind_refuses_the_other(tmp_path):
     index = _index(tmp_path)
     _, pool = _pool(tmp_path)
-    with pytest.raises(ValueError, match="a lookahead suffix index, not a lookahead pool"):
-        NgramPool.load(index)
+    for load in (KeptState.load, NgramPool.load):
+        with pytest.raises(ValueError, match="a lookahead suffix index, not a lookahead pool"):
+            load(index)
     with pytest.raises(ValueError, match="a lookahead pool, not a lookahead suffix index"):
         SuffixIndex.load(pool)
     with pytest.raises(ValueError, match="cannot be read"):
@@ -73,9 +76,9 @@ def test_a_file_made_with_another_tokenizer_is_refused(tmp_path):
     with pytest.raises(ValueError, match="made with another tokenizer"):
         SuffixIndex.load(index, VOCAB, tokenizer=other)
     _, pool = _pool(tmp_path, tokenizer=tok)
-    NgramPool.load(pool, tokenizer=tok)
+    KeptState.load(pool, tokenizer=tok)
     with pytest.raises(ValueError, match="made with another tokenizer"):
-        NgramPool.load(pool, tokenizer=other)
+        KeptState.load(pool, tokenizer=other)
     # an unmarked file (written without a tokenizer, or before marks) loads with any
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -103,9 +106,9 @@ def test_pool_counts_at_their_bound(tmp_path, over):
     path = _spoiled(tmp_path, "counts", _set_max("counts", 3 + over))  # guesses = 3
     if over:
         with pytest.raises(ValueError, match=r"'counts' holds values in \[0, 4\]; allowed: \[0, 3\]"):
-            NgramPool.load(path)
+            KeptState.load(path)
     else:
-        assert NgramPool.load(path).guesses == 3
+        assert KeptState.load(path).pool.guesses == 3
 
 
 @pytest.mark.parametrize("over", [False, True])
@@ -116,9 +119,9 @@ def test_pool_stamps_at_their_bound(tmp_path, over):
     path = _spoiled(tmp_path, "stamps", edit)
     if over:
         with pytest.raises(ValueError, match="'stamps' holds values"):
-            NgramPool.load(path)
+            KeptState.load(path)
     else:
-        NgramPool.load(path)
+        KeptState.load(path)
 
 
 @pytest.mark.parametrize("over", [False, True])
@@ -129,16 +132,16 @@ def test_pool_history_at_its_lower_bound(tmp_path, over):
     path = _spoiled(tmp_path, "history", edit)
     if over:
         with pytest.raises(ValueError, match=r"'history' holds values in \[-2"):
-            NgramPool.load(path)
+            KeptState.load(path)
     else:
-        assert NgramPool.load(path).history[0] == -1
+        assert KeptState.load(path).history.tokens[0] == -1
 
 
 @pytest.mark.parametrize("over", [False, True])
 def test_pool_tokens_at_the_vocabulary_bound(tmp_path, over):
     for name in ("conts", "history"):
         path = _spoiled(tmp_path, name, _set_max(name, VOCAB - 1 + over))
-        pool = NgramPool.load(path)  # the model's vocabulary is checked when it is known
+        pool = KeptState.load(path)  # the model's vocabulary is checked when it is known
         if over:
             with pytest.raises(ValueError, match=f"token id {VOCAB}, but the model has {VOCAB} ids"):
                 pool.check_vocabulary(VOCAB)
@@ -154,9 +157,9 @@ def test_pool_history_capacity_at_its_bound(tmp_path, over):
     path = _spoiled(tmp_path, "history_capacity", edit)
     if over:
         with pytest.raises(ValueError, match="'history_capacity' must be one int >= 0, got -1"):
-            NgramPool.load(path)
+            KeptState.load(path)
     else:
-        assert NgramPool.load(path).history.shape == (0,)
+        assert KeptState.load(path).history.tokens.shape == (0,)
 
 
 @pytest.mark.parametrize("over", [False, True])

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 import lookahead
 from lookahead.step import host
-from lookahead.step.batch import BatchDecoder
-from lookahead.step.decode import Decoder
+from lookahead.step.loop import Decoder
 
 from tiny_models import left_pad, tiny_model
 
@@ -60,10 +59,9 @@ class Reads:
             return send
 
         upload = counted_upload(host.upload)
-        for module in ("lookahead.step.decode", "lookahead.step.batch"):
-            monkeypatch.setattr(f"{module}.fetch", fetch)
+        monkeypatch.setattr("lookahead.step.loop.fetch", fetch)
         for module in (
-            "lookahead.step.decode",
+            "lookahead.step.single",
             "lookahead.step.batch",
             "lookahead.step.cache",
             "lookahead.step.static",
@@ -76,13 +74,12 @@ class Reads:
             assert all(t.device.type == "cpu" for t in made)
             return made
 
-        monkeypatch.setattr("lookahead.step.decode.views", views)
+        monkeypatch.setattr("lookahead.step.single.views", views)
         for name in ("tensor", "from_numpy"):
             monkeypatch.setattr(torch, name, self._made(getattr(torch, name), name))
         for name in READS:
             monkeypatch.setattr(torch.Tensor, name, self._counted(getattr(torch.Tensor, name), name))
-        for cls in (Decoder, BatchDecoder):
-            monkeypatch.setattr(cls, "step", self._stepped(cls.step))
+        monkeypatch.setattr(Decoder, "step", self._stepped(Decoder.step))
 
     def _counted(self, real, name):
         def read(tensor, *args, **kwargs):
@@ -121,10 +118,10 @@ def test_a_greedy_step_reads_its_logits_once(monkeypatch, cache_implementation, 
     fetch and no other read of a device tensor, whether the step's mask is made on the host
     (the CPU path) or, as on a device, from the uploaded layout where the model runs."""
     if not on_host:
-        monkeypatch.setattr("lookahead.step.decode.host_masks", lambda *args: False)
+        monkeypatch.setattr("lookahead.step.single.host_masks", lambda *args: False)
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
-    config = lookahead.LookaheadConfig(adaptive=False)
+    config = lookahead.LookaheadConfig(method="classic")
     kwargs = dict(max_new_tokens=40, eos_token_id=None, pad_token_id=0, cache_implementation=cache_implementation)
     expected = model.generate(ids, do_sample=False, **kwargs)
     reads = Reads(monkeypatch)
@@ -149,7 +146,7 @@ def test_a_batch_step_reads_its_logits_once(monkeypatch, cache_implementation):
     )
     expected = model.generate(ids, do_sample=False, **kwargs)
     reads = Reads(monkeypatch)
-    got = lookahead.generate(model, ids, lookahead_config=lookahead.LookaheadConfig(adaptive=False), **kwargs)
+    got = lookahead.generate(model, ids, lookahead_config=lookahead.LookaheadConfig(method="classic"), **kwargs)
     assert got.tolist() == expected.tolist()
     assert reads.steps > 3 and reads.fetches == reads.steps
     assert reads.other == 0 and reads.copies == 0, reads.where[:5]

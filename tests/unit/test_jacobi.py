@@ -11,9 +11,9 @@ from lookahead.verify.tree import GuessTree
 
 
 def _tree():
-    # chain (window level 0): root 0 -> 1 -> 2; draft rows from the root: [7, 8, 9] and [7, 5]
-    chain = np.array([3, 4], dtype=np.int64)
-    return GuessTree.build(chain, 3, np.array([[7, 8, 9], [7, 5, -1]], dtype=np.int64))
+    # a chain root 0 -> 1 -> 2 (tokens 3, 4; the classic window's level 0), then rows from the
+    # root: [7, 8, 9] and [7, 5]
+    return GuessTree.build(np.array([[3, 4, -1], [7, 8, 9], [7, 5, -1]], dtype=np.int64))
 
 
 def test_the_deepest_branch_below_a_node():
@@ -124,7 +124,7 @@ def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
     kwargs = dict(max_new_tokens=32, eos_token_id=None, pad_token_id=0)
     config = lookahead.LookaheadConfig(window=4, ngram=4, context_tokens=2)
     pool = Recording(config.ngram, config.guesses, context_tokens=2)
-    out = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=pool, **kwargs)
+    out = lookahead.generate(model, ids, lookahead_config=config, lookahead_pool=lookahead.KeptState(pool), **kwargs)
     assert out.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     trajectories = [row[1:] for row, before in filed if before is None]
     assert grams and trajectories == grams

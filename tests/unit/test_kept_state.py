@@ -1,10 +1,12 @@
-"""What a kept pool carries between requests besides its n-grams and history: the recycled
-successors (``successors.kept_table``) and the draft budget's counts (``DraftBudget.carry``),
-each used by the next request, and every output still ``generate``'s."""
+"""What a ``KeptState`` carries between requests besides its n-grams and history: the recycled
+successors (``KeptState.successor_table``) and the draft budget's counts
+(``DraftBudget.carry``), each used by the next request, and every output still ``generate``'s;
+the deprecated ``lookahead_pool=NgramPool`` still carries them from call to call."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import lookahead
@@ -24,7 +26,7 @@ def _learnt(steps: int) -> DraftBudget:
     nodes and the pool's pair row up to its third token held, nothing else did."""
     plan = DraftBudget(8, CostCurve.linear(0.05), 0.0, POOL, 4)
     for _ in range(steps):
-        plan.plan(COPY, ROWS)
+        plan.plan([COPY], ROWS)
         plan.learn([40, 41, 42, 9])
     return plan
 
@@ -43,7 +45,7 @@ def test_a_later_budget_starts_from_the_rates_learnt_at_most_kept_weight_deep():
     np.testing.assert_allclose(new.held[seen] / new.fed[seen], old.held[seen] / old.fed[seen])
     # the copy ratio's two sides shrink alike: it stays on its side of 1, nearer to it
     assert (new.copy_ratio < 1) == (old.copy_ratio < 1) and abs(new.copy_ratio - 1) <= abs(old.copy_ratio - 1)
-    assert new.plan(COPY, ROWS)[0].tolist() == old.plan(COPY, ROWS)[0].tolist()
+    assert new.plan([COPY], ROWS)[0].tolist() == old.plan([COPY], ROWS)[0].tolist()
 
 
 def test_a_budget_with_other_bins_starts_fresh():
@@ -59,8 +61,8 @@ def test_a_kept_pool_keeps_the_successor_table_for_the_next_request():
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31, 40, 11]])
     kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
-    config = lookahead.LookaheadConfig(window=0, prompt_ngrams=False, copy_length=0, successors=2, adaptive=False)
-    pool = lookahead.NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+    config = lookahead.LookaheadConfig(window=0, prompt_ngrams=False, copy_length=0, successors=2, method="classic")
+    pool = lookahead.KeptState()
     expected = model.generate(ids, do_sample=False, **kwargs).tolist()
     cold, warm = lookahead.LookaheadStats(), lookahead.LookaheadStats()
     assert (
@@ -79,7 +81,7 @@ def test_a_kept_pool_keeps_the_successor_table_for_the_next_request():
     )
     assert pool.successors is table
     assert warm.source_tokens.get("successors", 0) > cold.source_tokens.get("successors", 0)
-    wider = lookahead.LookaheadConfig(window=0, prompt_ngrams=False, copy_length=0, successors=3, adaptive=False)
+    wider = lookahead.LookaheadConfig(window=0, prompt_ngrams=False, copy_length=0, successors=3, method="classic")
     lookahead.generate(model, ids, lookahead_config=wider, lookahead_pool=pool, **kwargs)
     assert pool.successors is not table and pool.successors.shape[1] == 3
 
@@ -88,7 +90,7 @@ def test_seeded_sampling_with_a_kept_pool_stays_generate_s_across_requests():
     """Carried successors and budget counts change only what is guessed: every request's
     tokens are seeded ``generate``'s, greedy and sampled alike, batches included."""
     model = tiny_model("llama", "sdpa")
-    pool = lookahead.NgramPool(5, 2, context_tokens=2)
+    pool = lookahead.KeptState()
     prompts = [torch.tensor([[5, 9, 14, 7, 22, 31] * 2]), torch.tensor([[5, 9, 14, 7, 22, 31, 40, 11]])]
     prompts.append(torch.tensor([[5, 9, 14, 7, 22, 31], [40, 11, 3, 17, 29, 8]]))
     for seed, ids in enumerate(prompts * 2):
@@ -102,3 +104,26 @@ def test_seeded_sampling_with_a_kept_pool_stays_generate_s_across_requests():
             got = lookahead.generate(model, ids, lookahead_pool=pool, **kwargs)
             assert got.tolist() == expected.tolist()
     assert pool.successors is not None and {key[0] for key in pool.budgets} == {False, True}
+
+
+def test_an_ngram_pool_passed_alone_still_keeps_everything_with_a_warning():
+    """``lookahead_pool=NgramPool(...)`` (lookahead 0.1's kept pool) warns that it is
+    deprecated and keeps what a ``KeptState`` keeps, in one state per pool: the second call
+    copies from the first one's text."""
+    model = tiny_model("llama", "sdpa")
+    ids = torch.tensor([[5, 9, 14, 7, 22, 31, 40, 11]])
+    kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
+    pool = lookahead.NgramPool(5, 2, context_tokens=2)
+    expected = model.generate(ids, do_sample=False, **kwargs).tolist()
+    runs = []
+    for _ in range(2):
+        stats = lookahead.LookaheadStats()
+        with pytest.warns(DeprecationWarning, match="KeptState"):
+            assert (
+                lookahead.generate(model, ids, lookahead_pool=pool, lookahead_stats=stats, **kwargs).tolist()
+                == expected
+            )
+        runs.append(stats)
+    kept = pool.__dict__["_kept"]
+    assert kept.pool is pool and len(kept.history) == 2 * (ids.shape[1] + 24 + 1)
+    assert runs[1].forwards < runs[0].forwards

@@ -61,8 +61,8 @@ PATHS = {
     "sampling": lambda model, pool, index: lookahead.generate(
         model, PROMPT, max_new_tokens=24, do_sample=True, top_k=8, generator=torch.Generator().manual_seed(3)
     ),
-    "adaptive=False": lambda model, pool, index: lookahead.generate(
-        model, PROMPT, max_new_tokens=24, lookahead_config=lookahead.LookaheadConfig(adaptive=False)
+    "classic": lambda model, pool, index: lookahead.generate(
+        model, PROMPT, max_new_tokens=24, lookahead_config=lookahead.LookaheadConfig(method="classic")
     ),
     "bfloat16": lambda model, pool, index: lookahead.generate(
         copy.deepcopy(model).to(torch.bfloat16), PROMPT, max_new_tokens=16, lookahead_pool=pool, lookahead_index=index
@@ -74,7 +74,7 @@ PATHS = {
 def test_no_path_adds_a_signature_after_the_warm_up(path):
     warmup.warm_kernels()
     model = tiny_model("llama", "eager")
-    pool = lookahead.NgramPool(lookahead.LookaheadConfig().ngram, lookahead.LookaheadConfig().guesses)
+    pool = lookahead.KeptState()
     index = lookahead.SuffixIndex.from_texts([np.tile(np.arange(5, 20), 4)])
     before = signatures()
     with torch.no_grad():

@@ -1,6 +1,7 @@
 """The step mask (``lookahead.step.mask``): what each fed token may attend to.
 
-A step feeds ``[root | Jacobi window | trie of guesses]`` at once. The single-row mask must
+A step feeds ``[root | trie of guesses]`` at once (the classic shape adds the Jacobi window's
+upper levels after the trie, its level 0 the trie's first row). The single-row mask must
 equal a reference built from first principles (positions and ancestry,
 ``tests/helpers/mask_reference.py``), apply a sliding window between the step's own tokens
 (not only against the cache), come in the model's dtype and on its device, and give hybrid
@@ -19,11 +20,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lookahead.step import kernels
-from lookahead.step.classic import window_layout
+from lookahead.step.classic import classic_layout
 from lookahead.step.mask import StepMask, batch_masks, stack_steps
 from lookahead.verify.tree import GuessTree
 
-from mask_reference import reference_mask
+from mask_reference import case_layout, reference_mask
 from strategies import mask_cases
 from tiny_models import SLIDING, VOCAB
 
@@ -33,25 +34,29 @@ tokens = st.integers(3, VOCAB - 1)
 @given(mask_cases())
 def test_step_mask_equals_the_reference(case):
     levels, width, tree, window, past_len, kv_offset, past_visible = case
-    step = StepMask(window_layout(levels, width), {None: window}, torch.float32, "cpu")
-    offsets, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
+    step = StepMask({None: window}, torch.float32, "cpu")
+    layout = case_layout(levels, width, tree)
+    offsets, mask = step.build(layout, {None: (kv_offset, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
     expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_visible)
     assert mask.shape == (1, 1, *expected.shape) and mask.dtype == torch.float32
     blocked = torch.finfo(torch.float32).min
     assert torch.all((mask == 0) | (mask == blocked))
     assert ((mask[0, 0] == 0).numpy() == expected).all()
-    assert offsets.tolist()[: 1 + levels * width] == [0] + [1 + i + lv for lv in range(levels) for i in range(width)]
+    upper = [1 + i + lv for lv in range(1, levels) for i in range(width)]
+    assert offsets.tolist()[: 1 + width] == list(range(1 + width))  # the root, then level 0
+    assert offsets.tolist()[1 + tree.size :] == upper
 
 
 @given(mask_cases())
 def test_the_host_made_mask_equals_the_step_mask(case):
     """A CPU step's mask made on the host in one kernel (``kernels.additive_mask`` over the
-    layout ``StepMask.layout`` gives) is ``StepMask.build``'s, value for value, where every
-    layer attends the whole past (the only case the decoder makes it on the host)."""
+    step's layout) is ``StepMask.build``'s, value for value, where every layer attends the
+    whole past (the only case the decoder makes it on the host)."""
     levels, width, tree, _, past_len, _, past_visible = case
-    step = StepMask(window_layout(levels, width), {None: None}, torch.float32, "cpu")
-    offsets, expected = step.build(tree, {None: (0, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
-    host_offsets, allowed = step.layout(tree)
+    step = StepMask({None: None}, torch.float32, "cpu")
+    layout = case_layout(levels, width, tree)
+    offsets, expected = step.build(layout, {None: (0, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
+    host_offsets, allowed = layout
     mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
     kernels.additive_mask(np.asarray(past_visible, dtype=bool), allowed, float(np.finfo(np.float32).min), mask)
     assert torch.equal(torch.from_numpy(mask)[None, None], expected)
@@ -64,9 +69,9 @@ def test_hybrid_models_get_one_mask_per_layer_type(case, window):
     mask, over the cache stretch their layers still hold."""
     levels, width, tree, _, past_len, kv_offset, past_visible = case
     groups = {"full_attention": None, "sliding_attention": window}
-    step = StepMask(window_layout(levels, width), groups, torch.float32, "cpu")
+    step = StepMask(groups, torch.float32, "cpu")
     sizes = {"full_attention": (0, past_len), "sliding_attention": (kv_offset, past_len)}
-    _, masks = step.build(tree, sizes, torch.tensor(past_visible, dtype=torch.bool))
+    _, masks = step.build(case_layout(levels, width, tree), sizes, torch.tensor(past_visible, dtype=torch.bool))
     assert set(masks) == set(groups)
     for name, (offset, _) in sizes.items():
         expected = reference_mask(levels, width, tree, groups[name], past_len, offset, past_visible)
@@ -77,8 +82,9 @@ def test_hybrid_models_get_one_mask_per_layer_type(case, window):
 def test_step_mask_in_the_model_dtype(case):
     """A bf16 model gets a bf16 mask whose blocked entries are bf16's most negative value."""
     levels, width, tree, window, past_len, kv_offset, past_visible = case
-    step = StepMask(window_layout(levels, width), {None: window}, torch.bfloat16, "cpu")
-    _, mask = step.build(tree, {None: (kv_offset, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
+    step = StepMask({None: window}, torch.bfloat16, "cpu")
+    layout = case_layout(levels, width, tree)
+    _, mask = step.build(layout, {None: (kv_offset, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
     expected = reference_mask(levels, width, tree, window, past_len, kv_offset, past_visible)
     assert mask.dtype == torch.bfloat16
     assert ((mask[0, 0] == 0).numpy() == expected).all()
@@ -88,12 +94,12 @@ def test_step_mask_in_the_model_dtype(case):
 def test_step_mask_lives_on_the_model_device():
     """Positions and masks are built on the model's device (here torch's shape-only ``meta``
     device, which any tensor left on the CPU would clash with)."""
-    tree = GuessTree.build(np.array([4, 5], dtype=np.int64), 1 + 2 * 2, np.array([[4, 6, 7], [8, -1, -1]]))
+    tree = GuessTree.build(np.array([[4, 5, -1], [4, 6, 7], [8, -1, -1]]))
     groups = {"full_attention": None, "sliding_attention": 3}
-    step = StepMask(window_layout(2, 2), groups, torch.float16, "meta")
+    step = StepMask(groups, torch.float16, "meta")
     sizes = {"full_attention": (0, 6), "sliding_attention": (4, 6)}
-    offsets, masks = step.build(tree, sizes, torch.ones(6, dtype=torch.bool, device="meta"))
-    q = 1 + 2 * 2 + tree.size
+    offsets, masks = step.build(classic_layout(tree, 2, 2), sizes, torch.ones(6, dtype=torch.bool, device="meta"))
+    q = 1 + tree.size + 2
     assert offsets.device.type == "meta" and offsets.shape == (q,)
     for name, (kv_offset, past_len) in sizes.items():
         assert masks[name].device.type == "meta" and masks[name].dtype == torch.float16
@@ -103,10 +109,9 @@ def test_step_mask_lives_on_the_model_device():
 def test_a_path_as_long_as_the_window_drops_the_root():
     """The off-by-one the reference would also catch, spelled out: at depth ``SLIDING`` the
     root is exactly ``SLIDING`` positions back, outside the window; one level up it is inside."""
-    chain = np.zeros(0, dtype=np.int64)
-    tree = GuessTree.build(chain, 1, np.arange(3, 3 + SLIDING, dtype=np.int64)[None])
-    step = StepMask(window_layout(0, 0), {None: SLIDING}, torch.float32, "cpu")
-    _, mask = step.build(tree, {None: (0, 0)}, torch.zeros(0, dtype=torch.bool))
+    tree = GuessTree.build(np.arange(3, 3 + SLIDING, dtype=np.int64)[None])
+    step = StepMask({None: SLIDING}, torch.float32, "cpu")
+    _, mask = step.build(tree.layout(), {None: (0, 0)}, torch.zeros(0, dtype=torch.bool))
     sees_root = (mask[0, 0, :, 0] == 0).tolist()
     assert sees_root == [True] * SLIDING + [False]
 
@@ -141,8 +146,7 @@ def test_batch_mask_shows_each_row_its_own_step(case, window, hybrid, dtype):
     cache without them; holes, padding and other rows' filler tokens are never seen."""
     rows, past_visible, past_pos = case
     groups = {"full_attention": None, "sliding_attention": window} if hybrid else {None: window}
-    steps = [StepMask(window_layout(levels, width), groups, dtype, "cpu") for levels, width, _, _ in rows]
-    layouts = [step.layout(tree) for step, (_, _, tree, _) in zip(steps, rows)]
+    layouts = [case_layout(levels, width, tree) for levels, width, tree, _ in rows]
     offsets = [torch.from_numpy(offsets) for offsets, _ in layouts]
     allowed = [torch.from_numpy(allowed) for _, allowed in layouts]
     width = max(o.shape[0] for o in offsets)

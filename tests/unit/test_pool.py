@@ -1,6 +1,6 @@
-"""The n-gram pool (``lookahead.drafts.pool.NgramPool``): against a dict-of-deques reference model,
-bounded in memory, saved and loaded, and kept across requests (its history is copied from by
-later requests).
+"""The n-gram pool (``lookahead.drafts.pool.NgramPool``) against a dict-of-deques reference
+model, bounded in memory, saved and loaded; and what a ``KeptState`` keeps with it across
+requests (its history, copied from by later requests; its file, whose every array is checked).
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import lookahead
+from lookahead.drafts.history import History
+from lookahead.drafts.kept import KeptState
 from lookahead.drafts.pool import NgramPool
 from lookahead.drafts.successors import SuccessorTable
 
-from tiny_models import VOCAB, tiny_model
+from tiny_models import VOCAB, recycle, tiny_model
 
 small_tokens = st.integers(0, 7)
 
@@ -136,8 +138,8 @@ def test_loading_a_foreign_archive_is_a_clear_error(tmp_path):
 def test_a_crafted_file_is_refused_with_the_array_and_its_bound(tmp_path, name, value, bound):
     """Files are input: a value a kernel would index with out of bounds (a count of 100000 once
     crashed the process inside numba) is a ValueError naming the array, before any kernel runs."""
-    pool = NgramPool(4, 3, capacity=64)
-    pool.insert_text(np.arange(3, 40, dtype=np.int64) % 11)
+    pool = KeptState(NgramPool(4, 3, capacity=64))
+    pool.pool.insert_text(np.arange(3, 40, dtype=np.int64) % 11)
     pool.remember(np.arange(3, 9))
     pool.save(tmp_path / "a.npz")
     data = dict(np.load(tmp_path / "a.npz"))
@@ -146,7 +148,7 @@ def test_a_crafted_file_is_refused_with_the_array_and_its_bound(tmp_path, name, 
         data[name].flat[0] = value
     np.savez(tmp_path / "b.npz", **data)
     with pytest.raises(ValueError, match=bound):
-        NgramPool.load(tmp_path / "b.npz")
+        KeptState.load(tmp_path / "b.npz")
 
 
 def test_a_pool_for_another_vocabulary_is_refused_by_generate():
@@ -154,30 +156,32 @@ def test_a_pool_for_another_vocabulary_is_refused_by_generate():
     pool = NgramPool(5, 2, context_tokens=2)
     pool.insert_text(np.array([3, 4, 5, VOCAB + 10, 6, 7], dtype=np.int64))
     with pytest.raises(ValueError, match=f"token id {VOCAB + 10}.*{VOCAB} ids"):
-        lookahead.generate(model, torch.tensor([[3, 4, 5]]), lookahead_pool=pool, max_new_tokens=4)
+        lookahead.generate(model, torch.tensor([[3, 4, 5]]), lookahead_pool=KeptState(pool), max_new_tokens=4)
 
 
 def test_vocab_bound_ignores_out_of_range_tokens():
     table = SuccessorTable(VOCAB, 2, 3)
-    table.update(torch.tensor([VOCAB + 5, -1]), torch.randn(2, VOCAB))
+    recycle(table, torch.tensor([VOCAB + 5, -1]), torch.randn(2, VOCAB))
     assert table.guesses(0).shape == (0, 3)
 
 
 def test_history_is_bounded_and_saved(tmp_path):
-    pool = lookahead.NgramPool(3, 2, history=10)
+    pool = KeptState(history=10)
     pool.remember(np.arange(3, 9))
     pool.remember(np.array([20, 21, 22]))
-    assert pool.history.tolist() == [4, 5, 6, 7, 8, -1, 20, 21, 22, -1]
+    assert pool.history.tokens.tolist() == [4, 5, 6, 7, 8, -1, 20, 21, 22, -1]
     pool.save(tmp_path / "p.npz")
-    loaded = lookahead.NgramPool.load(tmp_path / "p.npz")
-    assert loaded.history.tolist() == pool.history.tolist() and loaded.history_capacity == 10
-    assert lookahead.NgramPool(3, 2, history=0).history.shape == (0,)
+    loaded = KeptState.load(tmp_path / "p.npz")
+    assert loaded.history.tokens.tolist() == pool.history.tokens.tolist() and loaded.history.capacity == 10
+    nothing = KeptState(history=0)
+    nothing.remember(np.arange(3, 9))
+    assert nothing.history.tokens.shape == (0,)
 
 
 def learnt_pool(path):
     """A pool that decoded twice on a tiny model (successors and budget counts learnt), saved."""
     model = tiny_model("llama", "sdpa")
-    pool = NgramPool(5, 2, context_tokens=2)
+    pool = KeptState()
     for prompt in ([3, 4, 5, 6, 3, 4, 5], [7, 8, 9, 7, 8]):
         lookahead.generate(model, torch.tensor([prompt]), lookahead_pool=pool, max_new_tokens=24)
     pool.save(path)
@@ -188,7 +192,7 @@ def test_a_saved_pool_keeps_its_successors_and_budget_counts(tmp_path):
     """A server restarted from its pool file starts where it stopped: the recycled successors
     and what the draft budget learnt come back as they were, and decoding stays greedy."""
     model, pool = learnt_pool(tmp_path / "p.npz")
-    loaded = NgramPool.load(tmp_path / "p.npz")
+    loaded = KeptState.load(tmp_path / "p.npz")
     assert loaded.successors.shape == pool.successors.shape
     for got, saved in zip(loaded.successors.arrays(), pool.successors.arrays()):
         assert (got == saved).all()
@@ -215,7 +219,7 @@ def test_a_crafted_learnt_part_is_refused_and_runs_nothing(tmp_path, change, mes
     data = {**dict(np.load(tmp_path / "a.npz")), **change}
     np.savez(tmp_path / "b.npz", **data)
     with pytest.raises(ValueError, match=message):
-        NgramPool.load(tmp_path / "b.npz")
+        KeptState.load(tmp_path / "b.npz")
 
 
 def test_a_kept_pool_copies_from_the_previous_request():
@@ -226,10 +230,10 @@ def test_a_kept_pool_copies_from_the_previous_request():
     kwargs = dict(max_new_tokens=24, eos_token_id=None, pad_token_id=0)
     greedy_first = model.generate(first, do_sample=False, **kwargs)
     second = greedy_first[:, 4 : 12 + 6]  # starts inside the first text, so only history can copy on
-    config = lookahead.LookaheadConfig(window=0, successors=0, prompt_ngrams=False, adaptive=False)
-    pool = lookahead.NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+    config = lookahead.LookaheadConfig(window=0, successors=0, prompt_ngrams=False, method="classic")
+    pool = KeptState()
     lookahead.generate(model, first, lookahead_config=config, lookahead_pool=pool, **kwargs)
-    assert pool.history.shape[0] == greedy_first.shape[1] + 1
+    assert len(pool.history) == greedy_first.shape[1] + 1
     cold, warm = lookahead.LookaheadStats(), lookahead.LookaheadStats()
     expected = model.generate(second, do_sample=False, **kwargs)
     got = lookahead.generate(model, second, lookahead_config=config, lookahead_stats=cold, **kwargs)
@@ -288,19 +292,35 @@ def test_history_indexes_find_every_kept_occurrence(texts, capacity):
     """After any run of remembered texts, the history's indexes (the bulk and the texts since)
     find every occurrence the history holds (texts evicted since the bulk was built may still
     be found), and hold at most twice the capacity."""
-    from lookahead.drafts import pool as pool_module
+    from lookahead.drafts import history as history_module
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pool_module, "RECENT_TOKENS", 16)  # small texts reach the bulk's rebuild
-        _remember_and_check(NgramPool(2, 1, history=capacity), texts, capacity)
+        patch.setattr(history_module, "RECENT_TOKENS", 16)  # small texts reach the bulk's rebuild
+        _remember_and_check(History(capacity), texts, capacity)
 
 
-def _remember_and_check(pool: NgramPool, texts, capacity: int) -> None:
+def _remember_and_check(history: History, texts, capacity: int) -> None:
     for text in texts:
-        pool.remember(np.array(text, dtype=np.int64))
-        indexes = pool.history_indexes
-        kept = pool.history.tolist()
+        history.remember(np.array(text, dtype=np.int64))
+        indexes = history.indexes()
+        kept = history.tokens.tolist()
         for pattern in ([0], [1, 2], [3, 3, 0]):
             want = sum(kept[i : i + len(pattern)] == pattern for i in range(len(kept)))
             assert sum(index.count(pattern) for index in indexes) >= want
         assert len(indexes) <= 2 and sum(len(index) for index in indexes) <= 2 * capacity
+
+
+def test_a_pool_file_of_lookahead_0_1_loads_and_a_newer_format_is_named(tmp_path):
+    """Pool files written before the format mark (lookahead 0.1's ``NgramPool.save``: the same
+    arrays, no ``format``) load whole; a file of a format this version does not know is refused
+    with a message naming that format."""
+    model, pool = learnt_pool(tmp_path / "new.npz")
+    data = dict(np.load(tmp_path / "new.npz"))
+    assert int(data.pop("format")) == 2
+    np.savez(tmp_path / "old.npz", **data)
+    old = KeptState.load(tmp_path / "old.npz")
+    assert old.history.tokens.tolist() == pool.history.tokens.tolist() and list(old.budgets) == list(pool.budgets)
+    assert old.pool.lookup(3).tolist() == pool.pool.lookup(3).tolist()
+    np.savez(tmp_path / "future.npz", **data, format=np.array(3))
+    with pytest.raises(ValueError, match="format 3, from a newer lookahead"):
+        KeptState.load(tmp_path / "future.npz")

@@ -13,10 +13,12 @@ from transformers import (
 )
 
 import lookahead
+from lookahead.drafts.budget import DraftBudget
 from lookahead.drafts.copy_drafter import CopyDrafter
 from lookahead.drafts.jacobi import WindowSource, deepest_branch, moved_on
+from lookahead.drafts.planner import sources_for
 from lookahead.drafts.pool import NgramPool, PoolSource
-from lookahead.drafts.source import Context, Outcome
+from lookahead.drafts.source import Bin, Context, Outcome
 from lookahead.drafts.successors import SuccessorSource, SuccessorTable
 from lookahead.sampling.guess import NoiseRace
 from lookahead.step.costmodel import CostCurve
@@ -25,12 +27,13 @@ from lookahead.step.sequence import TokenSequence
 from lookahead.verify.rules import GreedyRule
 from lookahead.verify.tree import GuessTree
 
+from tiny_models import recycle
+
 ROWS = np.zeros((0, 0), dtype=np.int64)
 
 
-def tree(rows, chain=()):
-    chain = np.asarray(chain, dtype=np.int64)
-    return GuessTree.build(chain, 1 + chain.shape[0], np.asarray(rows, dtype=np.int64))
+def tree(rows):
+    return GuessTree.build(np.asarray(rows, dtype=np.int64) if rows else None)
 
 
 def text(*tokens):
@@ -80,16 +83,21 @@ def test_the_window_keeps_a_row_per_fed_sibling_likeliest_first_up_to_its_most()
 
 
 def test_without_a_branch_the_old_first_row_moves_on_and_each_row_is_scored():
-    scored = []
-    source = WindowSource(depth=3, most=2, score=scored.append)
+    """With no branch to read, the first row moves on past the appended tokens; the budget
+    scores the window's first guessed token at every step that had a row, fed or not."""
+    source = WindowSource(depth=3, most=2)
+    budget = DraftBudget(8, CostCurve.linear(1.0), 0.0, source.bins, 3)  # dear: nothing is fed
     source.rows = np.array([[4, 5, 6], [9, 9, 9]], dtype=np.int64)
     leaf = tree([])
-    source.learn(Outcome(text(1, 2, 4), 1, leaf, [0], lambda nodes: nodes))
-    assert scored == [True] and source.rows.tolist() == [[5, 6]]  # 4 held
-    source.learn(Outcome(text(1, 2, 4, 7, 8), 2, leaf, [0, 1], lambda nodes: nodes))
-    assert scored == [True, False] and source.rows.shape == (0, 0)  # 5 did not; nothing left
-    source.learn(Outcome(text(1, 2, 4, 7, 8, 3), 1, leaf, [0], lambda nodes: nodes))
-    assert scored == [True, False]  # no row: nothing scored
+    steps = [(text(1, 2, 4), 1, [[5, 6]]), (text(1, 2, 4, 7, 8), 2, []), (text(1, 2, 4, 7, 8, 3), 1, [])]
+    scored = []
+    for after, accepted, left in steps:  # 4 held; 5 did not (nothing left); no row: nothing scored
+        assert budget.plan([], [(0, source.rows)] if source.rows.size else [])[0].shape[0] == 0
+        budget.learn(after[-accepted:])
+        scored.append((budget.window_seen[0], budget.window_held[0]))
+        source.learn(Outcome(after, accepted, leaf, list(range(accepted)), lambda nodes: nodes))
+        assert source.rows.tolist() == left
+    assert scored == [(1, 1), (2, 1), (2, 1)]
     assert moved_on(np.array([[4, -1]]), 1).shape == (0, 0)
 
 
@@ -133,7 +141,7 @@ def test_the_successors_first_row_learns_apart_from_the_others():
     logits = torch.full((2, 8), -10.0)
     logits[0, 4], logits[0, 6], logits[0, 2] = 3.0, 2.0, 1.0
     logits[1, 5] = 1.0
-    table.update(torch.tensor([3, 4]), logits)
+    recycle(table, torch.tensor([3, 4]), logits)
     first, rest = SuccessorSource(table).propose(Context(text(1, 3)))
     assert first.tolist() == [[4, 5]] and rest[:, 0].tolist() == [6, 2]
 
@@ -155,7 +163,9 @@ class Echo:
 
     name = "echo"
     scored = False
-    bins = (("echo", 0.9, 0.9),)
+    bins = (Bin("echo", 0.9, 0.9),)
+    top_k = 0
+    reads_noise = False
 
     def __init__(self):
         self.learnt = []
@@ -168,10 +178,11 @@ class Echo:
 
 
 def seeded_proposer(config, extra=()):
-    stats = lookahead.LookaheadStats()
-    proposer = Proposer(config, GreedyRule(None, keep_rows=False), stats, costs=CostCurve.linear(0.05))
-    proposer._sources = lambda: Proposer._sources(proposer) + list(extra)
-    proposer.seed(text(1, 2, 3), {None: None}, 32, "cpu")
+    """A row's proposer over ``config``'s sources and ``extra`` ones, for a vocabulary of 32."""
+    stats, kept = lookahead.LookaheadStats(), lookahead.KeptState()
+    proposer = Proposer(config, GreedyRule(None, keep_rows=False), stats, kept, costs=CostCurve.linear(0.05))
+    proposer.sources = sources_for(config, kept, stats, 32) + list(extra)
+    proposer.planner = proposer._planner()
     return proposer, stats
 
 
@@ -179,7 +190,7 @@ def test_the_budget_s_bins_follow_the_sources_the_window_first():
     config = lookahead.LookaheadConfig(successors=2)
     proposer, _ = seeded_proposer(config)
     assert [source.name for source in proposer.sources] == ["window", "pool", "successors", "copy"]
-    names = [name for name, _, _ in proposer.budget.row_sources]
+    names = [b.name for b in proposer.planner.budget.row_sources]
     assert names == ["window", "pool", "pool", "successors", "successors"]
 
 
@@ -188,13 +199,12 @@ def test_an_added_source_is_priced_fed_and_taught_like_any_other():
     echo = Echo()
     proposer, _ = seeded_proposer(config, [echo])
     seq = TokenSequence(torch.tensor([[1, 2, 3]]), [], None, lookahead.LookaheadStats(), False, False)
-    guesses, tokens, cands, origins = proposer.plan(seq)
-    assert tokens == [3, 21, 22, 23] and origins == ("echo",)
+    plan = proposer.plan(seq)
+    assert plan.tokens == [3, 21, 22, 23] and plan.origins == ("echo",)
     logits = torch.zeros(4, 32)
     for node, token in enumerate([21, 22, 23, 24]):
         logits[node, token] = 1.0
-    path = proposer.accept(seq, guesses, logits, logits.argmax(-1).tolist())
-    proposer.learn(seq, logits.argmax(-1), path, guesses, logits)
+    assert proposer.verify(seq, plan, logits, logits.argmax(-1)) == [0, 1, 2, 3]
     assert seq.tokens[3:] == [21, 22, 23, 24] and echo.learnt == [4]
 
 

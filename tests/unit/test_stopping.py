@@ -163,7 +163,7 @@ def test_user_criterion_sees_each_token_and_its_scores(extra):
     reference = model.generate(REPEAT, do_sample=False, return_dict_in_generate=True, output_scores=True, **kwargs)
     model.generate(REPEAT, do_sample=False, stopping_criteria=StoppingCriteriaList([plain]), **kwargs)
     stats = lookahead.LookaheadStats()
-    full = lookahead.LookaheadConfig(adaptive=False)  # every step the full tree: some append several
+    full = lookahead.LookaheadConfig(method="classic")  # every step the full tree: some append several
     lookahead.generate(
         model,
         REPEAT,

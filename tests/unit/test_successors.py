@@ -16,7 +16,7 @@ import lookahead
 from lookahead.drafts.successors import SuccessorTable
 
 from strategies import eos_ids, max_new_tokens, prompts
-from tiny_models import tiny_model
+from tiny_models import recycle, tiny_model
 
 small = st.integers(0, 7)
 
@@ -33,7 +33,7 @@ def test_successor_table_against_a_dict(feeds, root, k, length):
     latest: dict[int, list[int]] = {}
     for fed, seed in feeds:
         logits = torch.randn(len(fed), 8, generator=torch.Generator().manual_seed(seed))
-        table.update(torch.tensor(fed), logits)
+        recycle(table, torch.tensor(fed), logits)
         top = logits.topk(k, dim=-1).indices.tolist()
         for token, row in zip(fed, top):
             latest[token] = row
@@ -54,7 +54,7 @@ def _fill(table: SuccessorTable, feeds) -> dict[int, tuple[list[int], list[float
     latest = {}
     for fed, seed in feeds:
         logits = torch.randn(len(fed), 8, generator=torch.Generator().manual_seed(seed))
-        table.update(torch.tensor(fed), logits)
+        recycle(table, torch.tensor(fed), logits)
         top = logits.topk(table.k, dim=-1)
         for token, ids, values in zip(fed, top.indices.tolist(), top.values.tolist()):
             latest[token] = (ids, values)
@@ -110,7 +110,7 @@ def test_a_whole_distribution_s_race_is_the_seeded_sample(seed, temperature):
     logits = torch.randn(1, 8, generator=gen) * 3
     q = torch.empty(1, 8).exponential_(generator=gen)
     table = SuccessorTable(8, 8, 1)
-    table.update(torch.tensor([3]), logits)
+    recycle(table, torch.tensor([3]), logits)
     sample = int((torch.softmax(logits / temperature, dim=-1) / q).argmax())
     assert table.guesses(3, q.numpy(), temperature)[0, 0] == sample
 
@@ -120,7 +120,7 @@ def test_a_whole_distribution_s_race_is_the_seeded_sample(seed, temperature):
 def test_successor_guesses_keep_greedy_exact(family, backend, ids, new, eos, k, window):
     model = tiny_model(family, backend)
     kwargs = dict(max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
-    config = lookahead.LookaheadConfig(window=window, successors=k, adaptive=False)
+    config = lookahead.LookaheadConfig(window=window, successors=k, method="classic")
     got = lookahead.generate(model, ids, lookahead_config=config, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
 
@@ -130,7 +130,7 @@ def test_successors_alone_compress_a_repeating_text():
     model = tiny_model("llama", "sdpa")
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
     kwargs = dict(max_new_tokens=60, eos_token_id=None, pad_token_id=0)
-    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, successors=2, adaptive=False)
+    config = lookahead.LookaheadConfig(window=0, guesses=0, copy_length=0, successors=2, method="classic")
     stats = lookahead.LookaheadStats()
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()

@@ -130,7 +130,7 @@ def test_window_of_width_zero_is_inert():
 def window_only(**fields) -> lookahead.LookaheadConfig:
     """Every guess source but the window off (also ``successors`` where the config has it: a
     source added later with a default on would otherwise inflate the number), fixed shape."""
-    off = dict(copy_length=0, prompt_ngrams=False, adaptive=False)
+    off = dict(copy_length=0, prompt_ngrams=False, method="classic")
     if "successors" in {f.name for f in dataclasses.fields(lookahead.LookaheadConfig)}:
         off["successors"] = 0
     return lookahead.LookaheadConfig(**{**off, **fields})
@@ -167,7 +167,7 @@ def window_only_compression() -> float:
         ids = torch.tensor([prompt])
         got = lookahead.generate(model, ids, lookahead_config=CONFIG, lookahead_stats=stats, **kwargs)
         assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
-    assert stats.lean_steps == 0
+    assert stats.window_steps == stats.steps  # the fixed shape's level 0, every step
     return stats.tokens_per_forward
 
 
@@ -181,8 +181,8 @@ def test_window_learning_from_shifted_rows_misses_the_floor(monkeypatch):
     not occur) and the floor is missed."""
     advance = ClassicProposer._advance_window
 
-    def shifted(self, logits, accepted, root):
-        return advance(self, torch.roll(logits, shifts=1, dims=0), accepted, root)
+    def shifted(self, plan, preds, accepted, root):
+        return advance(self, plan, torch.roll(preds, shifts=1, dims=0), accepted, root)
 
     monkeypatch.setattr(ClassicProposer, "_advance_window", shifted)
     assert window_only_compression() < FLOOR
@@ -196,7 +196,7 @@ def test_jacobi_decoding_credits_the_window():
     ids = torch.tensor([[5, 9, 14, 7, 22, 31] * 4])
     kwargs = dict(max_new_tokens=64, eos_token_id=None, pad_token_id=0)
     stats = lookahead.LookaheadStats()
-    config = lookahead.LookaheadConfig(method="jacobi", window=6, adaptive=False)
+    config = lookahead.LookaheadConfig(method="jacobi", window=6)
     got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
     assert got.tolist() == model.generate(ids, do_sample=False, **kwargs).tolist()
     assert stats.tokens_per_forward > 3

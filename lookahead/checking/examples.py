@@ -1,12 +1,13 @@
-"""Hypothesis strategies for testing lookahead decoding against plain decoding.
+"""Hypothesis strategies for checking lookahead decoding against plain decoding: the examples
+``lookahead check`` draws, and the project's property tests.
 
 Needs ``hypothesis`` (``pip install hypothesis``; it is in the package's ``test`` extra). The
 strategies are parameterised by the token ids to draw from, so the same ones serve the
 project's tiny test models (ids 3..47) and ``lookahead check`` on a real model's vocabulary.
 
-    from lookahead import testing
-    tokens = testing.token_ids(3, 47)
-    @given(ids=testing.prompts(tokens), config=testing.configs(), eos=testing.eos_ids(tokens))
+    from lookahead.checking import examples
+    tokens = examples.token_ids(3, 47)
+    @given(ids=examples.prompts(tokens), config=examples.configs(), eos=examples.eos_ids(tokens))
     def test_exact(ids, config, eos): ...
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 try:
     from hypothesis import strategies as st
 except ImportError as err:  # an optional dependency: say which package to install
-    raise ImportError("lookahead.testing needs hypothesis: pip install hypothesis") from err
+    raise ImportError("lookahead.checking.examples needs hypothesis: pip install hypothesis") from err
 
 from lookahead.config import LookaheadConfig
 
@@ -105,8 +106,9 @@ def prompts(tokens: st.SearchStrategy[int], as_tensor: bool = True) -> st.Search
 
 
 def configs(max_window: int = 16, max_ngram: int = 7, max_guesses: int = 16) -> st.SearchStrategy[LookaheadConfig]:
-    """``LookaheadConfig``s over every switch: lookahead and jacobi, pool, copy guess, context
-    keys, adaptive or fixed shape (window 1..max_window, ngram 2..max_ngram, guesses 0..max_guesses)."""
+    """``LookaheadConfig``s over every switch: each method (the budget's choice, the classic fixed
+    shape, plain Jacobi), pool, copy guess, context keys (window 1..max_window, ngram
+    2..max_ngram, guesses 0..max_guesses)."""
     _check_range("configs max_window", 1, max_window, floor=1)
     _check_range("configs max_ngram", 2, max_ngram, floor=2)
     _check_range("configs max_guesses", 0, max_guesses)
@@ -115,12 +117,11 @@ def configs(max_window: int = 16, max_ngram: int = 7, max_guesses: int = 16) -> 
         window=st.integers(1, max_window),
         ngram=st.integers(2, max_ngram),
         guesses=st.integers(0, max_guesses),
-        method=st.sampled_from(["lookahead", "lookahead", "jacobi"]),  # lookahead twice as often
+        method=st.sampled_from(["lookahead", "classic", "jacobi"]),
         prompt_ngrams=st.booleans(),
         copy_length=st.sampled_from([0, 1, 4, 8, 12]),
         copy_match=st.integers(1, 3),
         context_tokens=st.sampled_from([1, 2]),
-        adaptive=st.booleans(),
     )
 
 

@@ -1,6 +1,6 @@
-"""One row of a lookahead batch: its sequence and proposer (``Row``), the batch-wide processors
-and criteria seen from its slot (``RowView``), and the rule of a finished row that still feeds
-pads so that its scores are reported (``ForcedPad``)."""
+"""One row of a decode: its sequence and proposer (``Row``), a batch's processors and criteria
+seen from its slot (``RowView``), and the rule of a finished row that still feeds pads so that
+its scores are reported (``ForcedPad``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import numpy as np
 import torch
 
 from lookahead.sampling.rule import Pick
-from lookahead.step.inputs import NO_CHAIN, ROOT_ONLY, StepInputs
-from lookahead.step.proposer import Proposer
+from lookahead.step.proposer import Plan, Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify.tree import GuessTree
 
@@ -20,9 +19,12 @@ class ForcedPad:
     """The rule of a finished row whose scores are reported: ``rule``'s scores, the pad token."""
 
     ceiling = 1.0  # a guessed pad always holds
+    picks_are_preds = False
+    temperature = 1.0
 
     def __init__(self, rule, pad: int):
         self.rule, self.pad = rule, pad
+        self.sampled = rule.sampled
 
     def start(self, logits: torch.Tensor, preds: list[int] | None = None) -> None:
         self.rule.start(logits, preds)
@@ -30,6 +32,15 @@ class ForcedPad:
     def __call__(self, node: int, sequence: torch.Tensor, children: list[int]) -> Pick:
         pick = self.rule.report(node, sequence)  # draws no noise: generate's pad rows emit nothing
         return Pick(self.pad, pick.logits, pick.scores)
+
+    def report(self, node: int, sequence: torch.Tensor) -> Pick:
+        return self(node, sequence, [])
+
+    def noise_ahead(self, n: int) -> None:
+        return None
+
+    def picker(self, preds, logits, sequence_fn):
+        return lambda nodes: [self.pad] * len(nodes)
 
     def release(self) -> None:
         self.rule.release()
@@ -59,43 +70,39 @@ class RowView:
 
 
 class Row:
-    """One prompt of the batch: its sequence, its proposer and where it stands.
+    """One prompt of the decode: its sequence, its proposer and where it stands.
 
-    ``stop_at`` is the number of new tokens when the stopping criteria first said stop.
+    ``start`` is its first real token (after left padding); ``stop_at`` the number of new
+    tokens when the stopping criteria first said stop.
     """
 
     def __init__(self, seq: TokenSequence, proposer: Proposer, prompt_len: int, start: int):
         self.seq = seq
         self.proposer = proposer
         self.prompt_len = prompt_len
-        self.start = start  # the first real token (after the left padding)
+        self.start = start
         self.stop_at: int | None = None
 
     @property
     def generated(self) -> int:
         return len(self.seq.tokens) - self.prompt_len
 
-    def plan(self, forced: bool):
-        """This step's inputs (ids None) and input tokens."""
-        if forced:
-            pads = np.full((1, PAD_RUN), self.proposer.rule.pad, dtype=np.int64)
-            tree = GuessTree.build(NO_CHAIN, 1, pads)
-            return StepInputs(tree, None, None, None, None, (), False), [self.seq.tokens[-1]] + tree.tokens.tolist()
-        return self._inputs(*self.proposer.plan(self.seq))
+    @property
+    def forced(self) -> bool:
+        """Whether it feeds pads (it stopped, and its scores are still reported)."""
+        return isinstance(self.proposer.rule, ForcedPad)
 
-    def plan_plain(self):
-        """The inputs of a step that feeds the root alone (a row that left a static batch)."""
-        return StepInputs(ROOT_ONLY, None, None, None, None, (), False), [self.seq.tokens[-1]]
+    def plan(self) -> Plan:
+        """This step's plan: a run of pads for a forced row, else its proposer's."""
+        if self.forced:
+            tree = GuessTree.build(np.full((1, PAD_RUN), self.proposer.rule.pad, dtype=np.int64))
+            return Plan(tree, [self.seq.tokens[-1], *tree.tokens.tolist()], None, (), tree.layout())
+        return self.proposer.plan(self.seq)
 
-    def refill(self, plan, width: int):
-        """``plan`` (this step's, from :meth:`plan`) with as many more draft nodes as fit in
-        ``width`` tokens, which the batch's widest row already pays for; ``plan`` itself
-        where there is no room."""
-        inputs, tokens = plan
-        if len(tokens) >= width:
+    def refill(self, plan: Plan, width: int) -> Plan:
+        """``plan`` with as many more draft nodes as fit in ``width`` tokens, which the step
+        pays for anyway (a wider row's, a bucket's); ``plan`` itself where there is no room or
+        no budget to choose them."""
+        if len(plan.tokens) >= width or self.forced or self.proposer.planner is None:
             return plan
-        return self._inputs(*self.proposer.refill(self.seq, width - 1))
-
-    def _inputs(self, tree, tokens, cands, origins):
-        cands = cands.copy() if cands is not None else None  # the pool's rows are a view it reuses
-        return StepInputs(tree, None, None, None, cands, origins, self.proposer.windowed), tokens
+        return self.proposer.refill(self.seq, width - 1)
