@@ -101,6 +101,24 @@ def load_pool(path: str, config: LookaheadConfig, tokenizer) -> NgramPool:
     return pool
 
 
+def check_writable(path: str) -> None:
+    """``ValueError`` naming ``path`` unless a pool can be saved there: its folder exists, it is
+    no folder itself, and a trial temporary file (as :func:`save_atomic` writes one) can be
+    created in the folder and removed. Checked at start, so that a server does not decode for
+    hours and only then find it cannot save."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--pool {path!r}: its folder does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"--pool {path!r} is a folder: name a file in it")
+    try:
+        fd, trial = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(trial)
+    except OSError as err:
+        raise ValueError(f"--pool {path!r}: cannot write in {folder} ({err.strerror or err})") from err
+
+
 def new_pool(config: LookaheadConfig) -> NgramPool:
     """An empty pool of ``config``'s shape and capacity, as ``lookahead.generate`` makes per call."""
     return NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens, HISTORY_TOKENS)
