@@ -183,7 +183,8 @@ def _announce(seconds: float) -> None:
 
     if distributed.is_main():
         print(
-            f"lookahead: compiling numba kernels, once per install (about {seconds:.0f} s) ...",
+            f"lookahead: compiling numba kernels, once per install (about {seconds:.0f} s on idle cores; "
+            "longer on a busy machine) ...",
             file=sys.stderr,
             flush=True,
         )

@@ -27,6 +27,7 @@ example:
   curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
        -d '{{"prompt": "def fib(n):", "max_tokens": 64}}'
   curl http://127.0.0.1:8000/lookahead/stats
+  LOOKAHEAD_API_KEY=secret lookahead serve --served-model-name coder   # clients send Authorization: Bearer secret
 
 {EXIT_CODES}"""
 REFUSED_CB = (
@@ -35,6 +36,8 @@ REFUSED_CB = (
     "without it: requests run one at a time, as plain `transformers serve` runs them without the flag"
 )
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+API_KEY_VARIABLE = "LOOKAHEAD_API_KEY"  # as vllm serve reads VLLM_API_KEY
 
 
 def register(sub) -> None:
@@ -60,6 +63,27 @@ def register(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0: a free one)")
     s.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="uvicorn's")
     s.add_argument("--no-warmup", action="store_true", help="skip the start-up decode (the first request pays it)")
+    s.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="every route but /health needs the header 'Authorization: Bearer KEY' (default: $LOOKAHEAD_API_KEY; "
+        "unset: no key)",
+    )
+    s.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="N",
+        help="the largest request body taken; a larger one is a 413 before it is read (default: %(default)s, 4 MiB)",
+    )
+    s.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="the name(s) /v1/models lists and requests may name (default: the --model folder as given)",
+    )
     s.add_argument("--continuous-batching", action="store_true", help=argparse.SUPPRESS)  # refused, clearly
     k = p.add_argument_group("kept state")
     k.add_argument("--pool", default=None, metavar="PATH", help="load the kept pool from PATH, save it there")
@@ -94,8 +118,23 @@ def validate(args) -> None:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if args.prefix_cache_mib < 0:
         raise UsageError(f"--prefix-cache-mib must be >= 0 (0 keeps none), got {args.prefix_cache_mib}")
+    if args.max_request_bytes < 1:
+        raise UsageError(f"--max-request-bytes must be >= 1, got {args.max_request_bytes}")
+    if args.api_key is None:
+        args.api_key = os.environ.get(API_KEY_VARIABLE) or None
+    elif not args.api_key.strip():
+        raise UsageError("--api-key must not be empty (leave it out to serve without a key)")
+    if args.served_model_name is not None and not all(name.strip() for name in args.served_model_name):
+        raise UsageError(f"--served-model-name must not be empty, got {args.served_model_name}")
     if args.pool is not None and args.no_keep_pool:
         raise UsageError("--pool PATH keeps a pool across requests; --no-keep-pool keeps none: pass one of them")
+    if args.pool is not None:
+        from lookahead.serve.store import check_writable
+
+        try:
+            check_writable(args.pool)
+        except ValueError as err:
+            raise UsageError(str(err)) from err
     if args.model is not None:
         check_model_dir(args.model)
 
@@ -122,6 +161,7 @@ SERVING_API = (
     "transcription.TranscriptionHandler",
     "utils.GenerateManager",
     "utils.GenerationState",
+    "utils.Modality",
 )
 
 
@@ -173,12 +213,16 @@ def run(args) -> int:
         threads=args.threads,
         warmup=not args.no_warmup,
         prefix_cache_mib=args.prefix_cache_mib,
+        max_request_bytes=args.max_request_bytes,
+        api_key=args.api_key,
+        served_model_names=tuple(args.served_model_name or ()),
     )
     runner = app.load_state(options)  # a bad --pool or --index: exit 2 before the model loads
     sock = app.bind(args.host, args.port)  # a port in use: exit 2 before the model loads
+    print(f"lookahead serve: {_loading_words(options)}", file=sys.stderr, flush=True)
     served = app.build_app(options, runner=runner)
     host, port = sock.getsockname()[:2]
-    print(f"lookahead serve: {options.model_dir} on http://{_url_host(host)}:{port}/v1 ({_pool_words(options)})")
+    print(f"lookahead serve: {options.model_dir} on http://{_url_host(host)}:{port}/v1 ({_serving_words(options)})")
     if args.host not in LOOPBACK:
         print(f"lookahead serve: listening on {args.host}: reachable from other machines", file=sys.stderr)
     sys.stdout.flush()
@@ -188,6 +232,27 @@ def run(args) -> int:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def _loading_words(options) -> str:
+    """What start-up does before the server listens, and how long it takes, honestly."""
+    if not options.warmup:
+        return f"loading {options.model_dir} (no start-up decode: the first request compiles and calibrates)"
+    return (
+        f"loading {options.model_dir}, then a start-up decode: it loads lookahead's numba kernels (compiles "
+        "them on the first start after an install) and measures the model's cost curve; seconds on an idle "
+        "machine, a minute or more on a busy one"
+    )
+
+
+def _serving_words(options) -> str:
+    names = ", ".join(options.served_model_names)
+    parts = [_pool_words(options), f"requests up to {options.max_request_bytes:,} bytes"]
+    if names:
+        parts.append(f"served as {names}")
+    if options.api_key:
+        parts.append("API key required")
+    return "; ".join(parts)
 
 
 def _pool_words(options) -> str:

@@ -1,6 +1,7 @@
 """The app ``lookahead serve`` runs: transformers' own, assembled as ``transformers serve`` assembles
-it (``transformers/cli/serve.py``), with lookahead's managers, ``GET /lookahead/stats``, and 400s
-for bad values; and the server's run, with the kept pool saved when it stops.
+it (``transformers/cli/serve.py``), with lookahead's managers and text handlers, the gate in front
+(API key, request size, disconnects), OpenAI-shaped errors and ``GET /lookahead/stats``; and the
+server's run, with the kept pool saved when it stops.
 
 ``build_app(options, lookahead=False)`` assembles the same app with transformers' plain managers:
 the reference the tests and ``benchmarks/serve_bench.py`` compare every answer with.
@@ -12,10 +13,13 @@ import logging
 import signal
 import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lookahead import files
 from lookahead.config import LookaheadConfig
+from lookahead.serve import errors
+from lookahead.serve.gate import Gate
 from lookahead.serve.prefixes import PrefixCaches
 from lookahead.serve.runner import Runner
 from lookahead.serve.stats import ServeStats
@@ -36,7 +40,10 @@ class ServeOptions:
     instead of answering 400; ``warmup``: decode a few tokens before serving, so that the first
     request does not pay for the kernels' compile and the cost curve; ``prefix_cache_mib``: the
     cache entries kept of recent requests (a later prompt starting with one prefills only the
-    rest; 0 keeps none, as does ``keep_pool=False``)."""
+    rest; 0 keeps none, as does ``keep_pool=False``); ``max_request_bytes``: the largest body
+    taken (a larger one is a 413 before it is read); ``api_key``: the key every route but
+    ``/health`` needs (None: none); ``served_model_names``: what ``/v1/models`` lists and
+    requests may name (empty: ``model_dir`` as given)."""
 
     model_dir: str
     dtype: str = "float32"
@@ -51,6 +58,9 @@ class ServeOptions:
     threads: int | None = None
     warmup: bool = True
     prefix_cache_mib: int = 256
+    max_request_bytes: int = 4 << 20
+    api_key: str | None = None
+    served_model_names: tuple[str, ...] = ()
 
 
 @dataclass
@@ -86,8 +96,9 @@ def load_state(options: ServeOptions) -> Runner:
 
 
 def build_app(options: ServeOptions, lookahead: bool = True, runner: Runner | None = None) -> Served:
-    """transformers' app for ``options.model_dir``: with lookahead's managers (``runner``, or the
-    one :func:`load_state` makes) or, with ``lookahead=False``, exactly its plain ones."""
+    """transformers' app for ``options.model_dir``: with lookahead's managers and handlers
+    (``runner``, or the one :func:`load_state` makes) behind the gate or, with
+    ``lookahead=False``, exactly its plain ones."""
     from transformers.cli.serving.chat_completion import ChatCompletionHandler
     from transformers.cli.serving.completion import CompletionHandler
     from transformers.cli.serving.response import ResponseHandler
@@ -105,48 +116,56 @@ def build_app(options: ServeOptions, lookahead: bool = True, runner: Runner | No
         dtype=options.dtype,
         trust_remote_code=options.trust_remote_code,
         force_model=options.model_dir,
+        names=options.served_model_names if lookahead else (),
     )
     state = LookaheadGenerationState(runner) if lookahead else GenerationState(continuous_batching=False)
     common = {"model_manager": models, "generation_state": state}
+    text = {"chat": ChatCompletionHandler, "completions": CompletionHandler, "responses": ResponseHandler}
+    if lookahead:
+        text = _served_handlers(models.names)
     app = build_server(
         models,
-        ChatCompletionHandler(**common),
-        completion_handler=CompletionHandler(**common),
-        response_handler=ResponseHandler(**common),
+        text["chat"](**common),
+        completion_handler=text["completions"](**common),
+        response_handler=text["responses"](**common),
         transcription_handler=TranscriptionHandler(models, state),
         systemone_handler=SystemOneHandler(**common),
         generation_state=state,
     )
     if lookahead:
         _add_routes(app, models, runner)
+        errors.install(app)
+        app.add_middleware(Gate, max_request_bytes=options.max_request_bytes, api_key=options.api_key)
         if options.warmup:
             manager = state.get_manager(models.process_model_name(options.model_dir))
             manager.submit(warm_up, models, options.model_dir, runner).result()
     return Served(app, models, runner if lookahead else None)
 
 
+def _served_handlers(names: tuple[str, ...]) -> dict:
+    """lookahead's text handlers (``handlers``), bound to the served names and one tokenizing
+    thread they share."""
+    from functools import partial
+
+    from lookahead.serve.handlers import ServedChat, ServedCompletions, ServedResponses
+
+    served = {"names": names, "tokenizing": ThreadPoolExecutor(1, thread_name_prefix="lookahead-tokenize")}
+    handlers = {"chat": ServedChat, "completions": ServedCompletions, "responses": ServedResponses}
+    return {endpoint: partial(handler, **served) for endpoint, handler in handlers.items()}
+
+
 def _add_routes(app, models, runner: Runner) -> None:
-    """``GET /lookahead/stats``, and 400 for bad values the handlers meet (``float("hot")``, a
-    ``generation_config`` that is no JSON, a seed torch refuses): transformers answers 500."""
+    """``GET /lookahead/stats``."""
     from fastapi.responses import JSONResponse
 
     @app.get("/lookahead/stats")
     def lookahead_stats():
         return JSONResponse(stats_document(models, runner))
 
-    async def bad_value(_request, exc: Exception):
-        return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=400)
-
-    async def missing_field(_request, exc: KeyError):
-        return JSONResponse({"error": f"the request has no field {exc}"}, status_code=400)
-
-    for kind in (ValueError, TypeError, NotImplementedError):  # NotImplementedError: lookahead.Unsupported
-        app.add_exception_handler(kind, bad_value)
-    app.add_exception_handler(KeyError, missing_field)  # the handlers read body["messages"] and such
-
 
 def stats_document(models, runner: Runner) -> dict:
-    """The JSON of ``GET /lookahead/stats``: the cumulative counts, the pool, the config."""
+    """The JSON of ``GET /lookahead/stats``: the cumulative counts, the pool (its file's name,
+    never a path on the server), the config."""
     loaded = [timed.model for timed in list(models.loaded_models.values()) if timed.model is not None]
     vocab = int(getattr(loaded[0].config, "vocab_size", 0) or 0) if loaded else 0
     config = runner.config
@@ -180,7 +199,7 @@ def warm_up(models, model_dir: str, runner: Runner) -> None:
     except lookahead.Unsupported as err:
         if not runner.fallback:
             raise ValueError(f"{model_dir}: {err}; --fallback serves it with plain generate") from err
-        logger.warning("lookahead serve: %s; every request runs plain generate (--fallback)", err)
+        logger.warning("%s; every request runs plain generate (--fallback)", err)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -210,5 +229,5 @@ def run(served: Served, sock: socket.socket, log_level: str = "info") -> None:
         if store is not None and store.path is not None:
             saved = store.close()
             where = f"saved to {store.path}" if saved else f"NOT saved ({store.save_error or 'a request held it'})"
-            logger.warning("lookahead serve: stopped; the pool was %s", where)
+            logger.warning("stopped; the pool was %s", where)
         sys.stderr.flush()

@@ -12,37 +12,45 @@ from __future__ import annotations
 
 import threading
 
-from fastapi import HTTPException
 from transformers.cli.serving.model_manager import ModelManager
 from transformers.cli.serving.utils import GenerateManager, GenerationState
 
-from lookahead.serve.runner import BadRequest, Runner
+from lookahead.serve.errors import ApiError
+from lookahead.serve.gate import client_gone
+from lookahead.serve.runner import BadRequest, RequestCancelled, Runner
+from lookahead.support import Unsupported
 
 
 class LookaheadGenerateManager(GenerateManager):
     """transformers' sequential manager, handed a view of the model whose ``generate`` is
     lookahead's (``runner.LookaheadModel``); a request no decoding can serve is a 400 before it
-    is queued, streamed or not."""
+    is queued, streamed or not. A non-streamed request whose client went away (the gate's
+    ``client_gone``) stops at its next token, as a streamed one does."""
 
     def __init__(self, runner: Runner):
         super().__init__()
         self.runner = runner
 
     def generate_streaming(self, model, processor, inputs, gen_config, request_id, response_parser=None):
-        self._check(model, inputs, gen_config)
+        self._check(gen_config)
         view = self.runner.view(model, request_id)
         return super().generate_streaming(view, processor, inputs, gen_config, request_id, response_parser)
 
     async def generate_non_streaming(self, model, processor, inputs, gen_config, request_id):
-        self._check(model, inputs, gen_config)
-        view = self.runner.view(model, request_id)
-        return await super().generate_non_streaming(view, processor, inputs, gen_config, request_id)
-
-    def _check(self, model, inputs, gen_config) -> None:
+        self._check(gen_config)
+        view = self.runner.view(model, request_id, client_gone.get())
         try:
-            self.runner.check(model, inputs, gen_config)
+            return await super().generate_non_streaming(view, processor, inputs, gen_config, request_id)
+        except RequestCancelled as err:  # no one reads this answer: the client has gone
+            raise ApiError(499, "the client went away: the request was cancelled", code="cancelled") from err
+        except Unsupported as err:  # a model the start-up decode did not try (--no-warmup)
+            raise ApiError(400, f"{err} (lookahead serve --fallback serves it with plain generate)") from err
+
+    def _check(self, gen_config) -> None:
+        try:
+            self.runner.check(gen_config)
         except BadRequest as err:
-            raise HTTPException(status_code=400, detail=str(err)) from err
+            raise ApiError(400, str(err), err.param, "unsupported_parameter") from err
 
 
 class LookaheadGenerationState(GenerationState):
@@ -67,10 +75,20 @@ class LookaheadGenerationState(GenerationState):
 class PinnedModelManager(ModelManager):
     """transformers' model manager, serving the model it was started with and no other: a
     client cannot make the server load a path or a hub id of its choosing (``/load_model``, or
-    a request naming another model)."""
+    a request naming another model). ``names``: what ``/v1/models`` lists and requests may name
+    (``--served-model-name``; default: the model folder as given)."""
+
+    def __init__(self, *args, names: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.names = tuple(names) or (self.force_model,)
 
     def load_model_and_processor(self, model_id_and_revision: str, *args, **kwargs):
         pinned = self.process_model_name(self.force_model) if self.force_model is not None else None
         if pinned is not None and model_id_and_revision != pinned:
-            raise ValueError(f"this server serves {self.force_model!r} only, not {model_id_and_revision!r}")
+            raise ValueError(f"this server serves {', '.join(map(repr, self.names))} only")
         return super().load_model_and_processor(model_id_and_revision, *args, **kwargs)
+
+    def list_models(self, cache_dir: str | None = None) -> list[dict]:
+        """transformers' entry for the pinned model, once per name it is served under."""
+        entry = super().list_models(cache_dir)[0]
+        return [{**entry, "id": name} for name in self.names]

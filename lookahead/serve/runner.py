@@ -26,7 +26,39 @@ logger = logging.getLogger("lookahead.serve")
 
 
 class BadRequest(ValueError):
-    """A request the server refuses before decoding (the app answers 400 with the message)."""
+    """A request the server refuses before decoding (the app answers 400 with the message,
+    naming ``param``: the field that carried the setting)."""
+
+    def __init__(self, message: str, param: str = "generation_config"):
+        super().__init__(message)
+        self.param = param
+
+
+class RequestCancelled(Exception):
+    """A non-streamed request whose client went away, stopped at its next token."""
+
+
+class ClientWatch:
+    """Stops a decode at its next token once ``gone`` is set (the client went away), by raising
+    :class:`RequestCancelled`: as a streamer (lookahead's decode: ``put`` per token costs nothing
+    besides the check) or as a stopping criterion (plain ``generate``, which takes no streamer
+    for beams)."""
+
+    def __init__(self, gone):
+        self.gone = gone
+
+    def put(self, _value) -> None:
+        if self.gone.is_set():
+            raise RequestCancelled()
+
+    def end(self) -> None:
+        pass
+
+    def __call__(self, input_ids, _scores):
+        import torch
+
+        self.put(None)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 class Runner:
@@ -49,13 +81,15 @@ class Runner:
         self.fallback, self.threads = fallback, threads
         self.prefixes = prefixes if prefixes is not None else PrefixCaches(0)
 
-    def view(self, model, request_id: str) -> LookaheadModel:
-        return LookaheadModel(model, self, request_id)
+    def view(self, model, request_id: str, client_gone=None) -> LookaheadModel:
+        """``model`` with this runner's ``generate``; ``client_gone``: an event set when the
+        client of a non-streamed request went away (a streamed one's streamer says so)."""
+        return LookaheadModel(model, self, request_id, client_gone)
 
-    def check(self, model, inputs: dict, gen_config) -> None:
+    def check(self, gen_config) -> None:
         """:func:`check_request`, and unless ``fallback``, what lookahead does not decode (beams,
         several sequences, guidance): ``BadRequest`` naming it."""
-        check_request(model, inputs, gen_config)
+        check_request(gen_config)
         if self.fallback:
             return
         settled = copy.copy(gen_config)  # unset (None) counts are generate's default, 1
@@ -66,11 +100,12 @@ class Runner:
         except Unsupported as err:
             raise BadRequest(f"{err} (lookahead serve --fallback runs such requests with plain generate)") from err
 
-    def generate(self, model, request_id: str, *args, **kwargs):
+    def generate(self, model, request_id: str, *args, client_gone=None, **kwargs):
         """``lookahead.generate(model, *args, **kwargs)`` with the kept pool and, where a kept
         cache holds the start of the prompt, that cache, on the calling (inference) thread; logs
         one line and adds to the stats however it ends. A cancelled request (the client went
-        away) keeps what its committed tokens filed in the pool; its cache is dropped."""
+        away: the streamer raised, or ``client_gone`` was set) stops at its next token and keeps
+        what its committed tokens filed in the pool; its cache is dropped."""
         self.set_threads()
         stats = LookaheadStats()
         started = time.perf_counter()
@@ -78,7 +113,7 @@ class Runner:
         cache, reused = self._starting_cache(model, args, kwargs)
         try:
             with self.store.lease() as pool:
-                out, outcome = self._decode(model, pool, stats, args, kwargs)
+                out, outcome = self._decode(model, pool, stats, args, kwargs, client_gone)
             if cache is not None and outcome == "ok":
                 self.prefixes.keep(cache, getattr(out, "sequences", out)[0])
             return out
@@ -110,10 +145,11 @@ class Runner:
         kwargs["cache" if takes_cache_keyword(model) else "past_key_values"] = cache
         return cache, reused
 
-    def _decode(self, model, pool, stats: LookaheadStats, args, kwargs) -> tuple[object, str]:
+    def _decode(self, model, pool, stats: LookaheadStats, args, kwargs, client_gone) -> tuple[object, str]:
         import lookahead
 
-        streamer = kwargs.get("streamer")
+        watch = ClientWatch(client_gone) if client_gone is not None else None
+        streamer = kwargs.get("streamer") or watch
         ending = EndsOnSuccess(streamer) if streamer is not None else None
         try:
             out = lookahead.generate(
@@ -129,6 +165,8 @@ class Runner:
             if not self.fallback:
                 raise
             plain = {k: v for k, v in kwargs.items() if k not in ("cache", "past_key_values")}
+            if watch is not None:
+                plain["stopping_criteria"] = [*(plain.get("stopping_criteria") or []), watch]
             return _plain(model, stats, args, plain), "fallback"
         if ending is not None:
             ending.finish()
@@ -169,28 +207,24 @@ class LookaheadModel:
     """``model`` as transformers' ``GenerateManager`` sees it: ``generate`` decodes with lookahead
     (:meth:`Runner.generate`), every other attribute is the model's own."""
 
-    def __init__(self, model, runner: Runner, request_id: str):
-        self._model, self._runner, self._request_id = model, runner, request_id
+    def __init__(self, model, runner: Runner, request_id: str, client_gone=None):
+        self._model, self._runner, self._request_id, self._client_gone = model, runner, request_id, client_gone
 
     def generate(self, *args, **kwargs):
-        return self._runner.generate(self._model, self._request_id, *args, **kwargs)
+        return self._runner.generate(self._model, self._request_id, *args, client_gone=self._client_gone, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self._model, name)
 
 
-def check_request(model, inputs: dict, gen_config) -> None:
-    """``BadRequest`` for a request no decoding can serve, before it reaches the inference thread
-    (so that a streamed request gets a 400 too, not an error inside a 200 stream): a prompt that
-    fills the model's context, and generation settings out of range."""
-    ids = inputs.get("input_ids")
-    length = int(ids.shape[-1]) if hasattr(ids, "shape") else len(ids or ())
-    context = getattr(model.config, "max_position_embeddings", None)
-    if context and length >= int(context):
-        raise BadRequest(f"the prompt is {length} tokens; this model's context holds {context}: shorten it")
+def check_request(gen_config) -> None:
+    """``BadRequest`` for generation settings no decoding can serve, before the request reaches
+    the inference thread (so that a streamed request gets a 400 too, not an error inside a 200
+    stream). The body's own fields are checked before (``checks.check_body``); these are what a
+    ``generation_config`` brings."""
     new = gen_config.max_new_tokens
     if new is not None and (isinstance(new, bool) or not isinstance(new, int) or new < 1):
-        raise BadRequest(f"max_tokens must be an int >= 1, got {new!r}")
+        raise BadRequest(f"max_new_tokens must be an integer >= 1, got {new!r}")
     temperature, top_p = gen_config.temperature, gen_config.top_p
     if temperature is not None and not temperature >= 0:  # `not >=`: NaN is out of range too
         raise BadRequest(f"temperature must be >= 0, got {temperature!r}")
@@ -214,9 +248,9 @@ def _plain(model, stats: LookaheadStats, args, kwargs):
 
 
 def _outcome(err: BaseException) -> tuple[str, str | None]:
-    """How a request that raised ended: ``cancelled`` when the server's streamer stopped it (the
-    client went away), else ``failed`` with the error's first line."""
-    if type(err).__name__ == "_GenerationCancelled":  # transformers' private signal, by name only
+    """How a request that raised ended: ``cancelled`` when its client went away (the server's
+    streamer or :class:`ClientWatch` stopped it), else ``failed`` with the error's first line."""
+    if isinstance(err, RequestCancelled) or type(err).__name__ == "_GenerationCancelled":  # transformers', by name
         return "cancelled", None
     text = str(err).strip().splitlines()
     return "failed", f"{type(err).__name__}: {text[0] if text else ''}"

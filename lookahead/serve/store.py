@@ -101,6 +101,24 @@ def load_pool(path: str, config: LookaheadConfig, tokenizer) -> KeptState:
     return pool
 
 
+def check_writable(path: str) -> None:
+    """``ValueError`` naming ``path`` unless a pool can be saved there: its folder exists, it is
+    no folder itself, and a trial temporary file (as :func:`save_atomic` writes one) can be
+    created in the folder and removed. Checked at start, so that a server does not decode for
+    hours and only then find it cannot save."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--pool {path!r}: its folder does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"--pool {path!r} is a folder: name a file in it")
+    try:
+        fd, trial = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(trial)
+    except OSError as err:
+        raise ValueError(f"--pool {path!r}: cannot write in {folder} ({err.strerror or err})") from err
+
+
 def new_pool(config: LookaheadConfig) -> KeptState:
     """An empty kept state with ``config``'s n-gram pool, as ``lookahead.generate`` makes per call."""
     state = KeptState()
@@ -164,17 +182,18 @@ class PoolStore:
         try:
             save_atomic(self.pool, self.path, self.tokenizer)
         except OSError as err:  # a full disk must not take the server down: said in the stats
-            self.save_error = f"{self.path}: {err.strerror or err}"
+            self.save_error = f"{os.path.basename(self.path)}: {err.strerror or err}"  # no server folder shown
             return
         self.saves, self.last_save, self._since_save, self.save_error = self.saves + 1, time.time(), 0, None
 
     def describe(self, vocab_size: int, successors: int) -> dict:
-        """What ``GET /lookahead/stats`` says of the pool (read without the lock: counts only)."""
+        """What ``GET /lookahead/stats`` says of the pool (read without the lock: counts only): its
+        file's name (None: kept in memory only), never the server's folders."""
         if self.pool is None:
             return {"kept": False}
         return {
             "kept": True,
-            "path": self.path,
+            "file": os.path.basename(self.path) if self.path is not None else None,
             "keys": len(self.pool.pool) if self.pool.pool is not None else 0,
             "capacity": self.pool.pool.capacity if self.pool.pool is not None else 0,
             "history_tokens": len(self.pool.history),

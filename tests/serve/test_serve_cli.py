@@ -23,12 +23,40 @@ from serving import embedded_options, live, need_server_packages
         (["--threads", "0"], "--threads must be >= 1"),
         (["--save-every", "0"], "--save-every must be >= 1"),
         (["--set", "nope=1"], "unknown LookaheadConfig field(s) nope"),
+        (["--max-request-bytes", "0"], "--max-request-bytes must be >= 1, got 0"),
+        (["--api-key", " "], "--api-key must not be empty"),
+        (["--served-model-name", ""], "--served-model-name must not be empty"),
+        (["--pool", "/proc/pool.npz"], "--pool '/proc/pool.npz': cannot write in /proc"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(argv, message, capsys):
     assert cli.main(["serve", *argv]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("lookahead serve: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_pool_path_it_cannot_save_to_is_refused_before_the_model_loads(tmp_path, capsys):
+    """A folder for a file, a folder it cannot write (as root only a read-only file system
+    stops a write, hence /proc): one line, exit 2, and no model loaded."""
+    for path, words in ((str(tmp_path), "is a folder: name a file in it"), ("/proc/pool.npz", "cannot write in /proc")):
+        assert cli.main(["serve", "--pool", path, "--port", "0"]) == cli.EXIT_USAGE
+        captured = capsys.readouterr()
+        assert words in captured.err and captured.err.count("\n") == 1 and "Loading" not in captured.err + captured.out
+    assert list(tmp_path.iterdir()) == []  # the trial file is gone
+
+
+def test_the_api_key_comes_from_the_environment_unless_given(monkeypatch):
+    from lookahead.cli.serve import validate
+
+    monkeypatch.setenv("LOOKAHEAD_API_KEY", "from-env")
+    for argv, key in ((["serve"], "from-env"), (["serve", "--api-key", "given"], "given")):
+        args = cli.build_parser().parse_args(argv)
+        validate(args)
+        assert args.api_key == key
+    monkeypatch.delenv("LOOKAHEAD_API_KEY")
+    args = cli.build_parser().parse_args(["serve"])
+    validate(args)
+    assert args.api_key is None
 
 
 def test_a_model_folder_without_safetensors_is_refused(tmp_path, capsys):

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -142,12 +144,16 @@ def test_sigterm_saves_the_pool_and_a_reload_is_still_exact(tmp_path, servers):
     path = tmp_path / "pool.npz"
     log = open(tmp_path / "stderr.txt", "wb")  # noqa: SIM115 - the child writes it until it exits
     argv = ["serve", "--port", "0", "--pool", str(path), "--save-every", "100", "--no-warmup", "--threads", "1"]
-    child = subprocess.Popen([sys.executable, "-m", "lookahead", *argv], stdout=subprocess.PIPE, stderr=log, env=env())
+    keyed = {**env(), "LOOKAHEAD_API_KEY": "k-env"}
+    child = subprocess.Popen([sys.executable, "-m", "lookahead", *argv], stdout=subprocess.PIPE, stderr=log, env=keyed)
     try:
         url = _wait_for_url(child)
         import openai
 
-        client = openai.OpenAI(base_url=url, api_key="unused", timeout=60, max_retries=0)
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the key from the environment is asked for
+            urllib.request.urlopen(f"{url}/models", timeout=30)
+        assert refused.value.code == 401
+        client = openai.OpenAI(base_url=url, api_key="k-env", timeout=60, max_retries=0)
         for prompt in ("def add(a, b):\n", "class Point:\n"):
             client.completions.create(model=servers.look.model, prompt=prompt, max_tokens=16)
         assert not path.exists()  # --save-every 100: nothing saved yet
@@ -158,7 +164,9 @@ def test_sigterm_saves_the_pool_and_a_reload_is_still_exact(tmp_path, servers):
             child.kill()
             child.wait(STOP_TIMEOUT_S)
         log.close()
-    assert "the pool was saved to" in (tmp_path / "stderr.txt").read_text()
+    said = (tmp_path / "stderr.txt").read_text()
+    assert "lookahead: stopped; the pool was saved to" in said and "lookahead: lookahead serve" not in said
+    assert "lookahead serve: loading" in said and "no start-up decode" in said
     assert len(KeptState.load(path).history) > 32  # both requests' texts
     _reloaded_is_exact(path, servers)
 

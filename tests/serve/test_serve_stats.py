@@ -29,7 +29,8 @@ class Lines(logging.Handler):
 def test_stats_count_every_request_and_each_logs_one_line(servers):
     live, log, lines = servers.look, logging.getLogger("lookahead.serve"), Lines()
     log.addHandler(lines)
-    level, log.level = log.level, logging.INFO
+    level = log.level
+    log.setLevel(logging.INFO)
     try:
         before = stats(live)
         usage = [
@@ -39,7 +40,7 @@ def test_stats_count_every_request_and_each_logs_one_line(servers):
         after = stats(live)
     finally:
         log.removeHandler(lines)
-        log.level = level
+        log.setLevel(level)
     assert after["requests"] - before["requests"] == 3
     assert after["outcomes"]["ok"] - before["outcomes"]["ok"] == 3
     assert after["new_tokens"] - before["new_tokens"] == sum(usage)
@@ -55,7 +56,7 @@ def test_stats_count_every_request_and_each_logs_one_line(servers):
 def test_stats_describe_the_kept_pool_and_its_bound(servers):
     complete(servers.look, False, max_tokens=8)
     pool = stats(servers.look)["pool"]
-    assert pool["kept"] and pool["path"] is None and pool["keys"] > 0 and pool["history_tokens"] > 0
+    assert pool["kept"] and pool["file"] is None and pool["keys"] > 0 and pool["history_tokens"] > 0
     assert 1 << 20 < pool["memory_bound_bytes"] < 1 << 24  # a few MiB at the defaults, whatever is sent
 
 
