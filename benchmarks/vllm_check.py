@@ -5,8 +5,10 @@ engine once per method, each in its own process (one engine per process, as vLLM
 started first and then taking turns: each unit (one request at batch 1, the batch of 8, one
 session turn) runs on every engine in turn, the order rotating unit by unit, so that a machine
 whose speed drifts over seconds slows every method alike. Methods:
-plain, ``ngram``, ``suffix`` (when arctic-inference's suffix tree is importable) and
-``lookahead.vllm.LookaheadProposer`` (or the subclass ``LOOKAHEAD_VLLM_PROPOSER`` names). Each
+plain, ``ngram``, ``suffix`` (when arctic-inference's suffix tree is importable),
+``lookahead.vllm.LookaheadProposer`` (or the subclass ``LOOKAHEAD_VLLM_PROPOSER`` names) and
+``tuned``: a subclass with other settings (``benchmarks/tuned_proposer.py``), its module
+imported before vLLM is, as a user's module would be. Each
 method decodes greedily at batch 1 (one request at a time) and batch 8 (all at once), then
 multi-turn sessions, one request at a time: ``--prompts quick`` (code and chat prompts, chats
 whose turns hold the conversation so far) or ``--prompts humaneval`` (the issue's benchmark:
@@ -63,7 +65,9 @@ def spec_config(method: str, k: int):
         return {"method": "suffix"}
     if method == "lookahead":
         return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}
-    raise ValueError(f"method must be one of plain, ngram, suffix, lookahead; got {method!r}")
+    if method == "tuned":
+        return {"method": "custom_class", "model": "tuned_proposer.TunedProposer", "num_speculative_tokens": k}
+    raise ValueError(f"method must be one of plain, ngram, suffix, lookahead, tuned; got {method!r}")
 
 
 def spec_counts(llm) -> dict:
@@ -90,6 +94,9 @@ def serve_method(method: str, tokens: int, k: int, prompts: str) -> None:
     """``--serve METHOD``: one engine, warmed up, then the workload's units as the driver asks
     for them: a unit's index on stdin, ``RESULT {json}`` on stdout (its run, output ids, new
     tokens, seconds of ``LLM.generate`` and the spec-decode counters it moved); ``quit`` ends."""
+    if method == "tuned":  # a user's module with its subclass, imported before vLLM's engine starts
+        import tuned_proposer  # noqa: F401
+
     from vllm import LLM, SamplingParams
 
     llm = LLM(
@@ -195,7 +202,8 @@ def main() -> int:
     if "suffix" in methods and not suffix_available(sys.executable):
         print("suffix: arctic-inference's suffix tree is not importable here; skipped")
         methods.remove("suffix")
-    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    path = os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=path)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: 8 requests of 1024 tokens need ~150 MB, not vLLM's default
     engines, results = {}, {}
     try:

@@ -19,10 +19,16 @@ source's own rates for its first token and for the later ones; a scored bin's
 to what those rates promised (so that where nothing holds every bin learns it at once).
 Under sampling every prior rate is scaled by the rule's ceiling (``verify.rules.Rule``):
 where the model's choices are nearly flat, a guess holds far less often than greedy text
-promised. A row merges into the tree where it agrees with it: the shared node keeps the
-better chance and learns into its first bin only (a row bin then knows what its rows hold
-alone). The step feeds the nodes of highest path chance (the chances multiplied along the
-path; on a tie the earlier node, so a parent before its child), as many as maximise
+promised. A row merges into the tree where it agrees with it: the shared node keeps its bin
+and learns into the row source's *shared* bin too, which knows what the source's nodes held
+where another source proposed them as well; the node takes that bin's chance where better
+(agreement is evidence), while the source's own bins know what its nodes alone hold (a source
+whose rows always agree with another's, as the pool's pair rows do with copies of a text
+that repeats at random, learns that in its shared bins instead of lending them its prior
+forever). Every candidate is scored against the
+tokens the step appended, fed or not (they are the model's own whatever was fed). The step
+feeds the nodes of highest path chance (the chances multiplied along the path; on a tie the
+earlier node, so a parent before its child), as many as maximise
 ``(1 + their chances summed) / (cost(1 + n) + overhead)``, when that beats plain decoding's
 1; else none. A step that feeds any node also buys the next one a guess from the Jacobi
 window (the free iteration after its first miss: the ``free`` bin's rows, ``drafts.jacobi``),
@@ -87,6 +93,7 @@ def add_tree(
     cond,
     bins,
     rates,
+    also,
     where,
 ):
     """Add a scored tree's ``n`` nodes (parents before children, -1 the root) to the first
@@ -96,7 +103,8 @@ def add_tree(
     its bin is ``first_bin`` plus that share's in that group, whose counts start at ``prior``
     observations of its prior rate (``CONTEXT_PRIORS[group] x share``, kept in ``rates``)
     times ``ratio`` (at most 1). A node the candidates already hold (same parent and token)
-    keeps its bin and the better chance. ``where[i]`` gets node i's candidate index."""
+    keeps its bin and the better chance, and learns into this bin too (``also``, the first
+    other bin that proposed it). ``where[i]`` gets node i's candidate index."""
     depth = np.empty(n, dtype=np.int64)
     for i in range(n):
         par = t_parents[i]
@@ -118,18 +126,23 @@ def add_tree(
             node = count
             count += 1
             tokens[node], parents[node], cond[node], bins[node], rates[node] = t_tokens[i], cur, chance, b, rate
+            also[node] = -1
         else:
             cond[node] = max(cond[node], chance)
+            if also[node] < 0 and bins[node] != b:
+                also[node] = b
         where[i] = node
     return count
 
 
 @njit(cache=True)
-def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bins, rates):
+def merge_rows(rows, first_bin, shared, chances, count, tokens, parents, cond, bins, rates, also):
     """Add ``rows`` (int64 ``[r, d]``, -1 ends a row) as paths from the root to the tree's
     first ``count`` nodes (the arrays have room). A new node at depth d (from 0) learns into
-    bin ``first_bin + d``, whose chance is ``chances[bin]``; a node the tree already has keeps
-    its bin and the better chance. Returns the new count."""
+    bin ``first_bin + d``, whose chance is ``chances[bin]``. A node another source proposed
+    already keeps its bin, and the row's agreement counts as the row's *shared* bin's (``b +
+    shared``: what the row's nodes held where another source proposed them too), whose chance
+    it takes where better and which it learns into too (``also``). Returns the new count."""
     for r in range(rows.shape[0]):
         cur = -1
         for d in range(rows.shape[1]):
@@ -146,9 +159,11 @@ def merge_rows(rows, first_bin, chances, count, tokens, parents, cond, bins, rat
                 node = count
                 count += 1
                 tokens[node], parents[node], cond[node] = t, cur, chances[b]
-                bins[node], rates[node] = b, 0.0
-            else:
-                cond[node] = max(cond[node], chances[b])
+                bins[node], rates[node], also[node] = b, 0.0, -1
+            elif bins[node] != b:  # not one of this row's own earlier rows
+                cond[node] = max(cond[node], chances[b + shared])
+                if also[node] < 0:
+                    also[node] = b + shared
             cur = node
     return count
 
@@ -214,22 +229,48 @@ def chances_of(fed, held, prior, prior_rates, scale, out):
 
 
 @njit(cache=True)
-def record(tokens, parents, bins, rates, count, appended, fed, held, promised):
-    """Each node whose parent held (the root always does) counts as fed in its bin, and as
-    held where its path is a prefix of ``appended`` (the tokens the step appended); a scored
-    node's prior rate (``rates``) adds to what its source was ``promised`` (one entry per
-    scored source: its bins come first, ``COPY_BINS`` each)."""
+def off_the_chain(parents, cond, count):
+    """Zero the chance of every candidate off the likeliest chain (from the root, each node's
+    child of highest chance, the first on a tie): a draft verified as one chain (inside
+    vLLM) feeds a prefix of it."""
+    on = np.zeros(count, dtype=np.bool_)
+    cur = -1
+    while True:
+        best = -1
+        for i in range(count):
+            if parents[i] == cur and (best < 0 or cond[i] > cond[best]):
+                best = i
+        if best < 0:
+            break
+        on[best] = True
+        cur = best
+    for i in range(count):
+        if not on[i]:
+            cond[i] = 0.0
+
+
+@njit(cache=True)
+def record(tokens, parents, bins, also, rates, count, appended, fed, held, promised):
+    """Score a step's candidates against ``appended`` (the tokens it appended, which are the
+    model's own whatever was fed): each node whose parent held (the root always does) and
+    whose place a token reached counts as fed in its bin (and in ``also``'s, where another
+    source proposed it too), fed by the step or not, and as held where its path is a prefix
+    of ``appended``; a scored node's prior rate (``rates``) adds to what its source was
+    ``promised`` (one entry per scored source: its bins come first, ``COPY_BINS`` each)."""
     ok = np.zeros(count, dtype=np.bool_)
     depth = np.empty(count, dtype=np.int64)
     scored_bins = promised.shape[0] * COPY_BINS
     for i in range(count):
         par = parents[i]
         depth[i] = 1 if par < 0 else depth[par] + 1
-        if par >= 0 and not ok[par]:
+        if (par >= 0 and not ok[par]) or depth[i] > appended.shape[0]:
             continue
-        ok[i] = depth[i] <= appended.shape[0] and appended[depth[i] - 1] == tokens[i]
+        ok[i] = appended[depth[i] - 1] == tokens[i]
         fed[bins[i]] += 1.0
         held[bins[i]] += 1.0 if ok[i] else 0.0
+        if also[i] >= 0:
+            fed[also[i]] += 1.0
+            held[also[i]] += 1.0 if ok[i] else 0.0
         if bins[i] < scored_bins:
             promised[bins[i] // COPY_BINS] += rates[i]
 
@@ -247,6 +288,8 @@ class DraftBudget:
         depth: the longest row.
         scored: the names of the scored sources, in the order :meth:`plan` takes their trees.
         prior: observations each bin starts with.
+        chain: feed a prefix of the likeliest chain only (a draft verified as one chain, as
+            vLLM verifies; ``off_the_chain``), not a tree.
     """
 
     def __init__(
@@ -258,6 +301,7 @@ class DraftBudget:
         depth: int,
         scored: tuple[str, ...] = ("copy",),
         prior: float = PRIOR_WEIGHT,
+        chain: bool = False,
     ):
         self.costs = np.array([costs(k) for k in range(1, max_nodes + 2)])
         self.overhead = overhead
@@ -265,18 +309,18 @@ class DraftBudget:
         self.scored = tuple(scored)
         self.depth = depth
         self.prior = prior
+        self.chain = chain
         self.prior_scale = 1.0
+        # bins: each scored source's block, then each row source's depths for the nodes it
+        # proposed first, then the same for its nodes another source proposed too (shared)
         first_row = COPY_BINS * len(self.scored)
-        self.fed, self.held = (
-            np.zeros(first_row + len(self.row_sources) * depth),
-            np.zeros(first_row + len(self.row_sources) * depth),
-        )
+        self._shared = len(self.row_sources) * depth
+        self.fed, self.held = np.zeros(first_row + 2 * self._shared), np.zeros(first_row + 2 * self._shared)
         self.promised = np.zeros(len(self.scored))  # the prior rates of each scored source's nodes counted as fed
         rates = [np.array([b.first] + [b.later] * (depth - 1)) for b in self.row_sources]
-        self.prior_rates = np.concatenate([np.zeros(first_row), *rates])
-        self._names = tuple(n for n in self.scored for _ in range(COPY_BINS)) + tuple(
-            b.name for b in self.row_sources for _ in range(depth)
-        )
+        self.prior_rates = np.concatenate([np.zeros(first_row), *rates, *rates])
+        names = tuple(b.name for b in self.row_sources for _ in range(depth))
+        self._names = tuple(n for n in self.scored for _ in range(COPY_BINS)) + names + names
         # the window's first guessed token, scored at every step that had one, fed or not:
         # what a fed node buys the next step (see ``choose``), from ``prior`` observations of
         # the window row's prior rate; no ceiling scales it, for a few misses in a row at a
@@ -343,14 +387,14 @@ class DraftBudget:
             self._update()
 
     def _room(self, cap: int):
-        """Candidates (tokens, parents, bins, rates, chance, keep) and the fed nodes (tokens,
-        parents, bins, rates, depths, leaves), each array of at least ``cap``."""
+        """Candidates (tokens, parents, bins, rates, chance, keep, also) and the fed nodes
+        (tokens, parents, bins, rates, depths, leaves), each array of at least ``cap``."""
         if self._arrays is None or self._arrays[0][0].shape[0] < cap:
 
             def ints():
                 return np.empty(cap, dtype=np.int64)
 
-            candidates = (ints(), ints(), ints(), np.empty(cap), np.empty(cap), np.empty(cap, dtype=np.bool_))
+            candidates = (ints(), ints(), ints(), np.empty(cap), np.empty(cap), np.empty(cap, dtype=np.bool_), ints())
             self._arrays = (candidates, (ints(), ints(), ints(), np.empty(cap), ints(), ints()))
         return self._arrays
 
@@ -365,7 +409,7 @@ class DraftBudget:
             fill: feed at least this many nodes where there are as many (see :meth:`refill`).
         """
         size = sum(t[0].shape[0] for t in trees if t is not None) + sum(r.size for _, r in rows)
-        (tokens, parents, bins, rates, cond, _), _ = self._room(size)
+        (tokens, parents, bins, rates, cond, _, also), _ = self._room(size)
         count = 0
         for s, tree in enumerate(trees):
             if tree is not None and tree[0].shape[0]:
@@ -373,23 +417,27 @@ class DraftBudget:
                 if self._where.shape[0] < t.shape[0]:
                     self._where = np.empty(t.shape[0], dtype=np.int64)
                 ratio = self.ratio(s) * self.prior_scale
-                args = (self.fed, self.held, self.prior, ratio, count, tokens, parents, cond, bins, rates, self._where)
-                count = add_tree(t, p, probs, t.shape[0], match, s * COPY_BINS, *args)
+                learnt = (self.fed, self.held, self.prior, ratio)
+                out = (tokens, parents, cond, bins, rates, also, self._where)
+                count = add_tree(t, p, probs, t.shape[0], match, s * COPY_BINS, *learnt, count, *out)
         self._window_firsts = []
         first_row = COPY_BINS * len(self.scored)
         for source, part in rows:
             if source == self._free:
                 self._window_firsts = part[:, 0].tolist()
+            first = first_row + source * self.depth
             count = merge_rows(
-                part, first_row + source * self.depth, self._chances, count, tokens, parents, cond, bins, rates
+                part, first, self._shared, self._chances, count, tokens, parents, cond, bins, rates, also
             )
+        if self.chain:
+            off_the_chain(parents, cond, count)
         self._count = count
         return self.refill(fill)
 
     def refill(self, fill: int) -> tuple[np.ndarray, tuple[str, ...]]:
         """The last plan's draft chosen again, at least ``fill`` nodes where its candidates
         have as many: a batch row whose step is padded to a wider row's feeds them for free."""
-        (tokens, parents, bins, rates, cond, keep), fed = self._room(0)
+        (tokens, parents, bins, rates, cond, keep, _), fed = self._room(0)
         count = self._count
         n = choose(parents, cond, count, self.costs, self.overhead, fill, self.window_worth, keep) if count else 0
         self._n = n = compact(keep, count, tokens, parents, bins, rates, *fed[:4]) if n else 0
@@ -418,15 +466,20 @@ class DraftBudget:
         self.window_held[0] += float(held)
 
     def learn(self, appended) -> None:
-        """Count the last plan's nodes in their bins with what the step appended (in order),
-        and score the window's guess, fed or not, where the step had one."""
+        """Score the last plan's candidates, fed or not, in their bins against what the step
+        appended (in order; ``record``), and the window's guess where the step had one."""
         if self._window_firsts:
             self.score_window(int(appended[0]) in self._window_firsts)
             self._window_firsts = []
-        if not self._n:
+        if not self._count:
             return
-        tokens, parents, bins, rates = self._arrays[1][:4]
+        tokens, parents, bins, rates, _, _, also = self._arrays[0]
         appended = np.asarray(appended, dtype=np.int64)
-        record(tokens, parents, bins, rates, self._n, appended, self.fed, self.held, self.promised)
-        self._n = 0
+        record(tokens, parents, bins, also, rates, self._count, appended, self.fed, self.held, self.promised)
         self._update()
+
+    def price(self, costs: Callable[[int], float], overhead: float) -> None:
+        """Weigh later steps against ``costs`` and ``overhead`` (inside vLLM a step's price per
+        row moves with the batch's size)."""
+        self.costs = np.array([costs(k) for k in range(1, self.costs.shape[0] + 1)])
+        self.overhead = overhead

@@ -56,7 +56,7 @@ class CopyDrafter:
         probs)`` of its nodes, best first (see ``suffix_kernels.grow_tree``; views valid
         until the next call), and the match length it grew from (the text's last tokens that
         precede each occurrence)."""
-        text = text.astype(np.int32)  # the indexes' dtype: one compiled kernel serves every scope
+        text = text.astype(np.int32, copy=False)  # the indexes' dtype: one compiled kernel serves every scope
         args = (MAX_OCCURRENCES, self.max_nodes, self.max_nodes, SPEC_FACTOR, SPEC_OFFSET, self.min_prob)
         count, expected, match = suffix_kernels.text_draft(text, 1, self.max_match, *args, *self._best)
         self.scope = "text" if count else None

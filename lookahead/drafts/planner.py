@@ -58,6 +58,7 @@ class Planner:
         kept: where the budget starts from what earlier requests learnt, and leaves its own
             (per rule kind and bins).
         sampled: whether the rule samples (its chances are learnt apart from greedy's).
+        chain: feed a prefix of the likeliest chain only, for a verifier of one chain (vLLM).
     """
 
     def __init__(
@@ -69,11 +70,12 @@ class Planner:
         overhead: float,
         kept: KeptState | None = None,
         sampled: bool = False,
+        chain: bool = False,
     ):
         self.sources = sources
         bins = tuple(b for source in sources for b in source.bins)
         scored = tuple(source.name for source in sources if source.scored)
-        self.budget = DraftBudget(max_nodes, costs, overhead, bins, depth, scored)
+        self.budget = DraftBudget(max_nodes, costs, overhead, bins, depth, scored, chain=chain)
         if kept is not None:
             self.budget.carry(kept.budgets, (sampled, *self.budget.key))
 
@@ -95,6 +97,10 @@ class Planner:
     def refill(self, fill: int) -> tuple[np.ndarray, tuple[str, ...]]:
         """The last plan again with at least ``fill`` nodes (``DraftBudget.refill``)."""
         return self.budget.refill(fill)
+
+    def price(self, costs: Callable[[int], float], overhead: float) -> None:
+        """Weigh later steps against other costs (``DraftBudget.price``)."""
+        self.budget.price(costs, overhead)
 
     def learn(self, outcome: Outcome) -> None:
         """Every source learns from the step, then the budget counts the nodes it fed."""

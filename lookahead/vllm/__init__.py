@@ -7,11 +7,11 @@
         "num_speculative_tokens": 16,
     })
 
-Modules, one job each: ``proposer`` (the class vLLM calls), ``requests`` (rows matched to
-requests by their texts), ``chain`` (the copy tree's likeliest path), ``chances`` (learnt
-acceptance, how many tokens to draft), ``history`` (earlier requests' texts, bounded),
-``options`` (settings). None imports vLLM or torch: the proposer's tests run without them.
-See ``docs/vllm.md``.
+Modules, one job each: ``proposer`` (the class vLLM calls), ``drafting`` (its work per call:
+each request's planner, the one ``lookahead.generate`` plans with, cut to a chain; the kept
+state), ``requests`` (rows matched to requests by their texts), ``options`` (settings). None
+imports vLLM or torch, and importing this package loads no numba either (``drafting`` is
+loaded when vLLM builds the proposer). See ``docs/vllm.md``.
 """
 
 from lookahead.vllm.options import ProposerOptions

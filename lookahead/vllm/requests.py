@@ -15,7 +15,7 @@ grows, so a row belongs to the state whose text its text starts with:
 
 Two requests with the same text are interchangeable here: their drafts come from that text.
 A state not seen in a call is absent; the ``max_absent`` most recent absent states are kept
-(a preempted request keeps its learnt ratio), older ones are dropped.
+(a preempted request keeps what its budget learnt), older ones are dropped.
 """
 
 from __future__ import annotations
@@ -25,38 +25,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lookahead.vllm.chain import EMPTY, Chain
-from lookahead.vllm.chances import GROUPS
-
-
-@dataclass
-class Pending:
-    """The chain drafted (or withheld) at the last call: scored against the tokens that came.
-
-    ``start``: the text's length it continues; ``chain``: its nodes; ``bins``, ``promised``:
-    each node's bin and its bin's chance then (before the request's ratio); ``drafted``: how
-    many of its nodes were proposed.
-    """
-
-    start: int
-    chain: Chain
-    bins: np.ndarray
-    promised: np.ndarray
-    drafted: int
-
 
 @dataclass(eq=False)  # states compare by identity
 class RequestState:
     """One request as the proposer knows it: its text at the last call (int32 ``[n]``, a copy),
-    its own ratios' counts per context group (``held`` tokens against the ``promised``
-    chances, ``chances.request_ratios``), the last call's chain, and how many of its tokens
-    went to the history (``remembered``: a preempted request files its text when it leaves,
-    and what it adds after it comes back when it leaves again)."""
+    its planner (its sources and draft budget, ``lookahead.drafts.planner``; None until its
+    first draft), the length of the text its last plan continued (-1: none to learn from) and
+    how many tokens that plan drafted, and how many of its tokens went to the history
+    (``remembered``: a preempted request files its text when it leaves, and what it adds
+    after it comes back when it leaves again)."""
 
     text: np.ndarray
-    held: np.ndarray = field(default_factory=lambda: np.zeros(GROUPS))
-    promised: np.ndarray = field(default_factory=lambda: np.zeros(GROUPS))
-    pending: Pending | None = None
+    planner: object = None
+    start: int = -1
+    drafted: int = 0
     remembered: int = 0
     key: int = field(default=0, compare=False)
 
@@ -91,8 +73,9 @@ class RequestTable:
     def match(self, texts: dict[int, np.ndarray]) -> tuple[dict[int, RequestState], list[RequestState]]:
         """This call's rows (row -> int32 text ``[n]``) matched to states.
 
-        Returns ``(states, left)``: row -> state (its ``text`` not yet updated), and the states
-        that were live at the last call and are absent now.
+        Returns ``(states, left)``: row -> state (its ``text`` not yet updated), in the order of
+        the states' keys (the order of their requests' arrival, whatever rows they hold), and
+        the states that were live at the last call and are absent now.
         """
         states: dict[int, RequestState] = {}
         claimed: set[int] = set()
@@ -102,7 +85,9 @@ class RequestTable:
                 states[row] = state
                 claimed.add(id(state))
         live = {id(s): s for s in self._live.values()}
-        for row, text in texts.items():  # moved rows, returning requests, new requests
+        # moved rows, returning requests, new requests; new states are keyed in the order of
+        # their texts, not of their rows, so that keys do not depend on the batch's layout
+        for row, text in sorted(texts.items(), key=lambda item: (item[1].shape[0], item[1].tobytes())):
             if row in states:
                 continue
             state = self._longest_prefix(text, claimed)
@@ -112,13 +97,13 @@ class RequestTable:
                 del self._absent[state.key]
             states[row] = state
             claimed.add(id(state))
-        left = [s for s in live.values() if id(s) not in claimed]
+        left = sorted((s for s in live.values() if id(s) not in claimed), key=lambda state: state.key)
         for state in left:
             self._absent[state.key] = state
         while len(self._absent) > self.max_absent:
             self._absent.popitem(last=False)
         self._live = states
-        return states, left
+        return dict(sorted(states.items(), key=lambda item: item[1].key)), left
 
     def _longest_prefix(self, text: np.ndarray, claimed: set[int]) -> RequestState | None:
         best = None
@@ -132,21 +117,3 @@ class RequestTable:
     def _new_key(self) -> int:
         self._next_key += 1
         return self._next_key
-
-
-def score(pending: Pending, text: np.ndarray) -> tuple[int, int]:
-    """``(held, fed)``: how many of the pending chain's nodes held, and how many were scored,
-    against the tokens the text gained since (``text[pending.start:]``). A node is scored once
-    its parent held and a token came at its place: drafted or withheld alike (the model's
-    token there is what verification would have compared it with)."""
-    came = text[pending.start :]
-    tokens = pending.chain.tokens
-    depth = min(came.shape[0], tokens.shape[0])
-    held = 0
-    while held < depth and came[held] == tokens[held]:
-        held += 1
-    fed = held + 1 if held < depth else held
-    return held, fed
-
-
-__all__ = ["EMPTY", "Pending", "RequestState", "RequestTable", "score"]

@@ -48,22 +48,25 @@ def paths(toks, parents) -> dict[tuple[int, ...], int]:
 @settings(max_examples=200)
 @given(tree=trees(), rows=st.lists(st.lists(tokens, min_size=1, max_size=4), max_size=3), data=st.data())
 def test_merge_rows_adds_each_row_as_a_path(tree, rows, data):
-    """After the merge every earlier node and every row prefix is a path; a node on a row's
-    path keeps the better of its chance and the row's bin's, and its own bin; new nodes
-    learn into the bin of the first row that made them."""
+    """After the merge every earlier node and every row prefix is a path; an earlier node on a
+    row's path keeps its own bin, takes the better of its chance and the row's shared bin's,
+    and learns into that shared bin too (``also``); new nodes learn into the bin of the first
+    row that made them, and no other (a later row of the same source through them changes
+    nothing)."""
     toks, parents = tree
     n = len(toks)
     cap = n + 4 * len(rows)
     t, p = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
-    cond, bins, rates = np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap)
-    t[:n], p[:n], bins[:n], rates[:n] = toks, parents, 0, 0.5
+    cond, bins, rates, also = np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap), np.empty(cap, dtype=np.int64)
+    t[:n], p[:n], bins[:n], rates[:n], also[:n] = toks, parents, 0, 0.5, -1
     cond[:n] = data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)) if n else []
     before = cond[:n].copy()
-    chances = np.linspace(0.1, 0.9, COPY_BINS + 4)
+    chances = np.linspace(0.1, 0.9, COPY_BINS + 8)
+    shared = 4  # a row bin's shared twin sits 4 bins on
     grid = np.full((len(rows), 4), -1, dtype=np.int64)
     for r, row in enumerate(rows):
         grid[r, : len(row)] = row
-    count = budget.merge_rows(grid, COPY_BINS, chances, n, t, p, cond, bins, rates)
+    count = budget.merge_rows(grid, COPY_BINS, shared, chances, n, t, p, cond, bins, rates, also)
     got = paths(t[:count], p[:count])
     assert len(got) == count  # no path twice: shared prefixes were shared
     assert set(paths(toks, parents)) <= set(got)
@@ -74,12 +77,14 @@ def test_merge_rows_adds_each_row_as_a_path(tree, rows, data):
     assert set(got) == set(paths(toks, parents)) | set(row_bins)
     for path, node in got.items():
         if path in row_bins:
-            want = max(before[node], chances[row_bins[path]]) if node < n else chances[row_bins[path]]
+            twin = row_bins[path] + shared
+            want = max(before[node], chances[twin]) if node < n else chances[row_bins[path]]
             assert cond[node] == pytest.approx(want)
             assert bins[node] == (0 if node < n else row_bins[path])
+            assert also[node] == (twin if node < n else -1)
             assert rates[node] == (0.5 if node < n else 0.0)
         else:
-            assert cond[node] == before[node] and bins[node] == 0
+            assert cond[node] == before[node] and bins[node] == 0 and also[node] == -1
 
 
 def reference_choice(parents, cond, costs, overhead, window=0.0):
@@ -149,23 +154,27 @@ def test_where_a_guessed_node_costs_less_than_nothing_every_step_with_a_candidat
 @settings(max_examples=200)
 @given(tree=trees(), appended=st.lists(tokens, min_size=1, max_size=6))
 def test_record_counts_nodes_whose_parent_held(tree, appended):
-    """A node counts as fed in its bin where its parent held (or it hangs off the root), and
-    as held where its path is a prefix of what the step appended; a copy node fed so adds
-    its prior rate to what copies were promised."""
+    """A node, fed or not, counts as fed in its bin (and in its ``also`` bin, where another
+    source proposed it too) where its parent held (or it hangs off the root) and the step
+    appended a token at its place, and as held where its path is a prefix of what the step
+    appended; a copy node counted so adds its prior rate to what copies were promised. A node
+    past the appended tokens is not counted: nothing says whether it held."""
     toks, parents = tree
     n = len(toks)
     size = COPY_BINS + 3
     kinds = np.array([3, SHARE_BINS + 7, COPY_BINS, COPY_BINS + 1], dtype=np.int64)  # two copy bins, two row bins
     bins = kinds[np.arange(n) % 4]
+    also = np.where(np.arange(n) % 3 == 0, COPY_BINS + 2, -1)  # every third node a row shares
     rates = np.linspace(0.1, 0.9, n)
     fed, held, promised = np.zeros(size), np.zeros(size), np.zeros(1)
-    budget.record(toks, parents, bins, rates, n, np.array(appended, dtype=np.int64), fed, held, promised)
+    budget.record(toks, parents, bins, also, rates, n, np.array(appended, dtype=np.int64), fed, held, promised)
     want_fed, want_held, want_promised = np.zeros(size), np.zeros(size), 0.0
     for path, node in paths(toks, parents).items():
-        if tuple(appended[: len(path) - 1]) != path[:-1]:
-            continue  # its parent did not hold
-        want_fed[bins[node]] += 1
-        want_held[bins[node]] += tuple(appended[: len(path)]) == path
+        if len(path) > len(appended) or tuple(appended[: len(path) - 1]) != path[:-1]:
+            continue  # no token reached it, or its parent did not hold
+        for b in [bins[node]] + ([also[node]] if also[node] >= 0 else []):
+            want_fed[b] += 1
+            want_held[b] += tuple(appended[: len(path)]) == path
         want_promised += rates[node] if bins[node] < COPY_BINS else 0.0
     assert fed.tolist() == want_fed.tolist() and held.tolist() == want_held.tolist()
     assert promised[0] == pytest.approx(want_promised)
@@ -199,7 +208,8 @@ def test_dear_forwards_feed_nothing_free_ones_the_whole_draft():
 
 def test_bins_learn_what_held():
     """A copy share whose nodes always miss stops being fed; one whose nodes hold keeps being
-    fed; a row bin that never held is no longer worth feeding; unseen bins keep their prior."""
+    fed; a row bin that never held is no longer worth feeding; unseen bins keep their prior.
+    A bin's nodes are scored at every step a token reaches them, fed or not."""
     costs = CostCurve.linear(0.05)
     plan = DraftBudget(8, costs, 0.0, POOL, 4)
     assert plan.plan([chain(3)], [])[0].shape[1] == 3
@@ -208,7 +218,7 @@ def test_bins_learn_what_held():
         plan.learn([99])  # the first node missed
     assert plan.plan([chain(3)], [])[0].shape[0] == 0
     b = SHARE_BINS - 1  # share 1.0, a context of one token
-    assert 1 <= plan.fed[b] < 30 and plan.held[b] == 0  # it stopped being fed
+    assert plan.fed[b] == 30 and plan.held[b] == 0  # scored at every step, fed or not
     assert plan.copy_ratio < 1  # and every copy bin's prior fell with it
     assert plan.fed[5] == 0  # a half share was never seen
     rows = [(0, np.array([[40, 41, 42, 43]], dtype=np.int64))]
@@ -224,7 +234,7 @@ def test_bins_learn_what_held():
         plan.learn([7])
     assert plan.plan([None], missed)[0].shape[0] == 0
     first_key_bin = COPY_BINS + 4
-    assert 1 <= plan.fed[first_key_bin] < 30 and plan.held[first_key_bin] == 0  # it stopped being fed
+    assert plan.fed[first_key_bin] == 30 and plan.held[first_key_bin] == 0  # scored, fed or not
     assert plan.fed[first_key_bin + 1] == 0  # its second token was never reached
 
 
@@ -236,12 +246,29 @@ def test_a_copy_node_starts_from_its_share_in_its_context_group():
     toks, parents, probs, _ = chain(5, 0.5)
     cond, bins, rates = np.empty(5), np.empty(5, dtype=np.int64), np.empty(5)
     fed, held = np.zeros(COPY_BINS), np.zeros(COPY_BINS)
-    out_t, out_p, where = np.empty(5, dtype=np.int64), np.empty(5, dtype=np.int64), np.empty(5, dtype=np.int64)
+    out_t, out_p, where, also = (np.empty(5, dtype=np.int64) for _ in range(4))
 
     def add(match, ratio):  # the chain's nodes become candidates 0..4, in order
         assert (
             budget.add_tree(
-                toks, parents, probs, 5, match, 0, fed, held, 2.0, ratio, 0, out_t, out_p, cond, bins, rates, where
+                toks,
+                parents,
+                probs,
+                5,
+                match,
+                0,
+                fed,
+                held,
+                2.0,
+                ratio,
+                0,
+                out_t,
+                out_p,
+                cond,
+                bins,
+                rates,
+                also,
+                where,
             )
             == 5
         )
@@ -385,14 +412,20 @@ def test_a_tie_at_the_cut_feeds_the_parent():
     assert plan.plan([None], [(0, np.array([[40, 41]], dtype=np.int64))])[0].tolist() == [[40]]
 
 
-def test_a_node_two_sources_share_keeps_the_better_chance_and_its_first_bin():
-    """A row that runs along the copy tree merges into it: the shared node keeps the first
-    source's bin (it learns there only) and the better of the two chances."""
+def test_a_node_two_sources_share_keeps_its_bin_and_learns_in_the_row_s_shared_bin():
+    """A row that runs along the copy tree merges into it: the shared node keeps the copy's
+    bin, takes the better of its chance and the row source's shared bin's, and learns into
+    that shared bin (``4 x 2`` row bins on: the pool's two arrays at four depths)."""
     plan = DraftBudget(8, CostCurve.linear(0.01), 0.0, POOL, 4)
     rows = [(0, np.array([[10, 11, 50]], dtype=np.int64))]
     got, origins = plan.plan([chain(2)], rows)
-    tokens, parents, bins, _, cond, _ = (a[: plan._count] for a in plan._arrays[0])
+    tokens, parents, bins, _, cond, _, also = (a[: plan._count] for a in plan._arrays[0])
     assert tokens.tolist() == [10, 11, 50] and parents.tolist() == [-1, 0, 1]
     assert bins[0] < COPY_BINS and bins[1] < COPY_BINS and bins[2] == COPY_BINS + 2
-    assert cond[0] == max(plan._chances[COPY_BINS], CONTEXT_PRIORS[0] * 1.0)
+    shared = COPY_BINS + 8
+    assert also.tolist() == [shared, shared + 1, -1]
+    assert cond[0] == max(plan._chances[shared], CONTEXT_PRIORS[0] * 1.0)
     assert got.tolist() == [[10, 11, 50]] and origins == ("pool",)
+    plan.learn([10, 11, 50, 7])
+    assert plan.fed[shared : shared + 2].tolist() == plan.held[shared : shared + 2].tolist() == [1, 1]
+    assert plan.fed[COPY_BINS : COPY_BINS + 3].tolist() == [0, 0, 1]  # the row's own: its node 50 alone

@@ -14,10 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lookahead.drafts.history import History
 from lookahead.vllm import LookaheadProposer, ProposerOptions
-from lookahead.vllm.chain import best_chain
-from lookahead.vllm.chances import choose_lengths
-from lookahead.vllm.history import History
 
 from vllm_runner import FakeRequest, FakeRunner
 
@@ -66,10 +64,18 @@ def occurs(draft: list[int], texts: list[np.ndarray]) -> bool:
     return False
 
 
-def test_import_leaves_vllm_and_torch_alone():
-    """The proposer's module loads where vLLM is missing (this suite) and costs vLLM's worker no
-    torch import of its own: a fresh interpreter imports neither."""
-    probe = "import sys, lookahead.vllm; print(sorted({'vllm', 'torch', 'transformers'} & set(sys.modules)))"
+def test_import_leaves_vllm_torch_and_numba_alone():
+    """The proposer's module loads where vLLM is missing (this suite), costs vLLM's worker no
+    torch import of its own, and loads no numba: vLLM's kernel registration scans every loaded
+    module, and numba's library wrapper (``llvmlite.binding.ffi.lib``) breaks that scan, so a
+    user's module that subclasses the proposer must be importable before ``LLM(...)`` is built.
+    A fresh interpreter imports none of them, subclass and all."""
+    probe = (
+        "import sys, lookahead.vllm\n"
+        "class Tuned(lookahead.vllm.LookaheadProposer):\n"
+        "    options = lookahead.vllm.ProposerOptions(token_cost=0.1)\n"
+        "print(sorted({'vllm', 'torch', 'transformers', 'numba', 'llvmlite'} & {m.split('.')[0] for m in sys.modules}))"
+    )
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root))
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
@@ -101,8 +107,8 @@ def test_an_unpredictable_request_stops_drafting():
     req = noise(rng, 600)
     runner.add(req)
     runner.run()
-    drafted_late = sum(len(d) for _, d in req.drafts[-200:])
-    assert drafted_late == 0, drafted_late
+    drafted_late = [d for _, d in req.drafts[-200:] if d]
+    assert len(drafted_late) <= 1, drafted_late  # a candidate of a never-seen kind may be tried once
     assert sum(len(d) for _, d in req.drafts[:50]) > 0  # it tried first
 
 
@@ -193,7 +199,7 @@ def test_a_resumed_request_files_what_it_wrote_after_its_return():
     before = len(proposer.history)
     runner.add(code_like(rng, 4))
     runner.step()  # req left: what it wrote since its return is filed
-    history = np.concatenate([tier.text for tier in proposer.history.indexes()])
+    history = proposer.history.tokens
     tail = req.target[-40:]
     assert any(np.array_equal(history[i : i + 40], tail) for i in range(len(history) - 39))
     assert len(proposer.history) - before < req.target.shape[0]  # not the whole text again
@@ -209,13 +215,13 @@ def test_the_next_turn_carries_its_conversations_state():
     runner.add(first)
     runner.run()
     state = proposer.requests.state(0)
-    fed = proposer.acceptance.fed.sum()
+    fed = state.planner.budget.fed.sum()
     message = rng.integers(2000, 3000, size=12).astype(np.int32)
     text = np.concatenate([first.target, message, code_like(rng, 10).target])
     runner.add(FakeRequest(text, first.target.shape[0] + message.shape[0]))
     runner.step()
     assert proposer.requests.state(0) is state
-    assert proposer.acceptance.fed.sum() == fed  # the gap was not scored
+    assert state.planner.budget.fed.sum() == fed  # the gap was not scored
 
 
 def test_the_runner_hooks_exist():
@@ -244,10 +250,9 @@ def test_history_stays_within_its_bound():
     history = History(1000)
     rng = np.random.default_rng(6)
     for _ in range(200):
-        history.add(rng.integers(0, 100, size=int(rng.integers(1, 400))))
+        history.remember(rng.integers(0, 100, size=int(rng.integers(1, 400))))
         assert len(history) <= 1000
-        assert history.nbytes <= 8 * 1000
-    assert len(history.indexes()) <= 12
+        assert len(history.indexes()) <= 2 and sum(len(index) for index in history.indexes()) <= 2 * 1000
     assert len(History(0)) == 0
 
 
@@ -271,22 +276,27 @@ def test_drafts_stop_at_the_model_length():
     assert proposer.propose([[1]], np.array([12]), text) == [[]]
 
 
-def test_best_chain_takes_the_likeliest_child():
-    tokens = np.array([5, 6, 7, 8, 9])
-    parents = np.array([-1, 0, -1, 1, 0])
-    probs = np.array([0.7, 0.6, 0.3, 0.5, 0.1])
-    chain = best_chain(tokens, parents, probs, 2, 8)
-    assert chain.tokens.tolist() == [5, 6, 8]
-    assert np.allclose(chain.shares, [0.7, 0.6 / 0.7, 0.5 / 0.6])
-    assert best_chain(tokens, parents, probs, 2, 2).tokens.tolist() == [5, 6]
+def test_the_budget_drafts_a_prefix_of_the_likeliest_chain():
+    """Cut to a chain, the budget's choice follows, from the root, each node's likeliest child
+    (the first on a tie): siblings off that chain are never drafted, however likely."""
+    from lookahead.drafts.budget import DraftBudget
+    from lookahead.step.costmodel import CostCurve
+
+    tree = (np.array([5, 6, 7, 8, 9]), np.array([-1, 0, -1, 1, 0]), np.array([0.7, 0.6, 0.3, 0.5, 0.1]), 8)
+    chain = DraftBudget(8, CostCurve.linear(0.0), 0.0, (), 4, chain=True)
+    assert chain.plan([tree], [])[0].tolist() == [[5, 6, 8]]
+    tree_shaped = DraftBudget(8, CostCurve.linear(0.0), 0.0, (), 4)
+    assert sorted(map(tuple, tree_shaped.plan([tree], [])[0].tolist())) == [(5, 6, 8), (5, 9, -1), (7, -1, -1)]
 
 
-def test_choose_lengths_weighs_chances_against_cost():
-    sure, weak = np.array([0.95, 0.9, 0.85]), np.array([0.05, 0.01])
-    assert choose_lengths([sure, weak], rows=2, token_cost=0.05) == [3, 0]
-    assert choose_lengths([sure, weak], rows=2, token_cost=0.0) == [3, 2]
-    assert choose_lengths([weak], rows=1, token_cost=0.2) == [0]
-    assert choose_lengths([], rows=3, token_cost=0.1) == []
+def test_a_bigger_batch_drafts_less_a_row():
+    """A step over more rows spreads its fixed cost thinner, so each row's token costs more of
+    its share (``Drafting._curve``): at the same chances a row drafts no more in a batch of 8
+    than alone, and a dear token drafts nothing."""
+    proposer = proposer_with()
+    alone, batch = proposer.drafting._curve(1), proposer.drafting._curve(8)
+    assert alone(2) - 1 == pytest.approx(0.05 / 1.05) and batch(2) - 1 == pytest.approx(0.4 / 1.4)
+    assert proposer_with(token_cost=DEAR).drafting._curve(8)(2) > batch(2)
 
 
 @pytest.mark.parametrize(
@@ -294,8 +304,10 @@ def test_choose_lengths_weighs_chances_against_cost():
     [
         (dict(history_tokens=-1), "history_tokens must be an int >= 0, got -1"),
         (dict(max_absent=1.5), "max_absent must be an int >= 0, got 1.5"),
-        (dict(token_cost=-0.1), r"token_cost must be a number in \[0.0, inf\], got -0.1"),
-        (dict(min_share=2), r"min_share must be a number in \[0.0, 1.0\], got 2"),
+        (dict(token_cost=-0.1), "token_cost must be a number >= 0, got -0.1"),
+        (dict(min_share=2), r"min_share must be a number in \(0, 1\], got 2"),
+        (dict(min_share=0.0), r"min_share must be a number in \(0, 1\], got 0.0"),
+        (dict(guesses=-1), "guesses must be an int >= 0, got -1"),
         (dict(max_match=0), "max_match must be an int >= 1, got 0"),
     ],
 )
