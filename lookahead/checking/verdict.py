@@ -8,7 +8,7 @@ epsilon and eta left), so each winner must be explained by rounding of the same 
 ways can do that:
 
 - a flip of the race: both tokens inside the support, their race values within rounding;
-- a flip at a boundary: a token within rounding of the edge of the support (``verify.boundary``)
+- a flip at a boundary: a token within rounding of the edge of the support (``checking.boundary``)
   crosses it, and with it across, the other decoding's token wins the race within rounding.
 
 Anything wider is a bug. ``race_verdict`` recomputes that position the plain way (one forward

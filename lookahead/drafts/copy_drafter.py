@@ -13,9 +13,11 @@ import numpy as np
 from lookahead.drafts import suffix_kernels
 from lookahead.drafts.suffix import SuffixIndex
 
-# occurrences a draft is grown from (the newest of the text's own), and how deep it may grow
-# for a match of m tokens: m * SPEC_FACTOR + SPEC_OFFSET
+# occurrences a draft is grown from (the newest of the text's own): a bound on a frequent
+# match's work per step; 16 to 128 drafted alike on HumanEval (docs/benchmarks.md, constants)
 MAX_OCCURRENCES = 64
+# how deep a match of m tokens may draft, m * SPEC_FACTOR + SPEC_OFFSET: deeper than
+# SuffixDecoding's m, for the budget cuts what does not pay (docs/benchmarks.md, constants)
 SPEC_FACTOR, SPEC_OFFSET = 2.0, 2.0
 
 

@@ -1,7 +1,8 @@
-"""Measuring what a forward over k tokens costs, relative to one, once per model and machine.
+"""Measuring what a forward over k tokens costs, relative to one, and what the decoder's own
+work in a guessing step costs, once per model and machine.
 
 The draft budget weighs each step's expected accepted tokens against the cost of its
-forward. Timing every step would make decisions depend on whatever else the machine does
+forward and of its own work. Timing every step would make decisions depend on whatever else the machine does
 (a busy neighbour process makes every step look slow at random) and differ between the
 ranks of a distributed run, which must feed forwards of identical shapes. So the cost is a
 curve measured once per (model, device, dtype, threads, torch version), kept in the user's
@@ -18,6 +19,7 @@ replicated whole on every rank (data parallel) decodes alone and keeps its own c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,14 +31,20 @@ from pathlib import Path
 import torch
 
 from lookahead import distributed
+from lookahead.config import LookaheadConfig
+from lookahead.drafts.kept import KeptState
+from lookahead.stats import LookaheadStats
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.host import synchronize
+from lookahead.step.loop import decode
+from lookahead.verify.rules import GreedyRule
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 CONTEXTS = (64, 256)  # past lengths the steps are timed after (a short and a longer text)
 REPEATS = 15  # timed rounds: 7 left a two-token cost moving by 0.02, and a 4-token one by 0.06
 WARMUP_ROUNDS = 3  # untimed rounds first: a cold process times wide steps too cheap
 BUSY_CORES = 0.5  # other processes' CPU use during a calibration (in cores) above which it is not kept
+OVERHEAD_STEPS = 24  # steps of each kind timed for the decoder's own work (each run twice, the first a warm-up)
 _MEMO: dict[str, CostCurve] = {}
 
 
@@ -67,6 +75,7 @@ def curve_key(model, rows: int = 1) -> str:
         str(getattr(model.config, "_attn_implementation", None)),
         # how calibrate measures and reads its times: older curves are not reused
         "masked steps at two contexts, median ratio to the round's one token after warm-up, one token no floor",
+        "the decoder's own work per guessing step measured",
     ]
     ranks = distributed.forward_ranks(model)
     if ranks > 1:  # collectives change the cost; single-process keys stay as they were
@@ -98,7 +107,41 @@ def calibrate(
     per_context = [_time_sizes(model, sizes, context, repeats, rows, devices, masked) for context in contexts]
     unit = statistics.mean(unit for unit, _ in per_context)
     relative = [statistics.mean(ratios[i] for _, ratios in per_context) for i in range(len(sizes))]
-    return CostCurve.from_times(sizes, [unit * r for r in relative])
+    curve = CostCurve.from_times(sizes, [unit * r for r in relative])
+    return dataclasses.replace(curve, overhead_s=decoder_overhead(model, rows))
+
+
+@torch.no_grad()
+def decoder_overhead(model, rows: int = 1, steps: int = OVERHEAD_STEPS) -> float:
+    """Seconds the decoder's own work in a guessing step takes beyond a plain step's, per row,
+    on this machine and model: a decode of a repetitive text (so the copy guess drafts every
+    step) timed with every step feeding its whole draft and with every step plain (the
+    sources plan in both), outside the forwards; the faster of two runs each."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+
+    device = next(model.parameters()).device
+    ids = (torch.arange(64, device=device) % min(16, model.config.vocab_size))[None].expand(rows, -1)
+    stop = StoppingCriteriaList([MaxLengthCriteria(ids.shape[1] + steps)])
+    per_step = []
+    for per_token in (0.0, 1e6):  # every node free: all fed; every node dear: none
+        spent = []
+        for _ in range(2):
+            stats, started = LookaheadStats(), time.perf_counter()
+            decode(
+                model,
+                ids,
+                rule=GreedyRule(None, keep_rows=False),
+                stopping_criteria=stop,
+                config=LookaheadConfig(),
+                stats=stats,
+                kept=KeptState(),
+                costs=CostCurve.linear(per_token),
+                cache=DynamicCache(config=model.config),
+            )
+            spent.append((time.perf_counter() - started - stats.forward_s) / max(stats.steps, 1))
+        per_step.append(min(spent))
+    return max(per_step[0] - per_step[1], 0.0) / rows
 
 
 def _full_attention(config) -> bool:

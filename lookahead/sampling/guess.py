@@ -1,7 +1,7 @@
 """Guesses of the seeded sample: which token each future position's race will emit.
 
 Under seeded sampling the noise of every future position is known before the model sees it
-(``verify.noise.NoiseStream.peek``), so wherever a step computed logits for a position, the
+(``sampling.noise.NoiseStream.peek``), so wherever a step computed logits for a position, the
 token the race will emit there can be guessed: the race run now, on those logits. A guess
 only has to be likely: the step that feeds it verifies it with the exact race
 (``SamplingRule.__call__``, ``generate``'s processors over the whole vocabulary), so what is

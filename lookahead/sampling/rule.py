@@ -25,7 +25,7 @@ class Pick:
 class Processes:
     """``processors`` (``generate``'s list, or a batch row's view of it, set later) and
     ``_process``, what applies them: the same scores without the list's per-call costs
-    (``verify.warpers``)."""
+    (``sampling.warpers``)."""
 
     @property
     def processors(self):

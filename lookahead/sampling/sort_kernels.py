@@ -1,4 +1,4 @@
-"""A float32 row sort for ``verify.warpers``' top-p: the values ``torch.sort`` gives, in an
+"""A float32 row sort for ``sampling.warpers``' top-p: the values ``torch.sort`` gives, in an
 eighth of its time.
 
 A top-p needs a row's values in ascending order (its softmax and cumsum run over them), not

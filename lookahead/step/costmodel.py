@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# the decoder's per-row work in a guessing step beyond plain decoding's (the sources, the
-# budget, the trie, the mask, the walk), in seconds; measured by benchmarks/overhead.py on
-# this project's CPU. The draft budget adds it to every step that feeds a guess
+# the decoder's per-row work in a guessing step beyond a plain step's (the trie, the mask, the
+# walk, learning what the step fed), in seconds, where no calibration measured it on the
+# machine at hand (a curve given by the caller): benchmarks/overhead.py on an AVX2 Xeon
 GUESS_OVERHEAD_S = 4e-4
 
 
@@ -26,11 +26,14 @@ class CostCurve:
             from the second size on; that one may cost less than 1 (see :meth:`from_times`).
         unit_s: seconds of a one-token forward where measured (0.0: unknown); it prices the
             decoder's own per-step work in forward units.
+        overhead_s: the decoder's own work in a guessing step beyond a plain step's, in
+            seconds (measured with the curve by ``runtime.calibration``; else the default).
     """
 
     sizes: tuple[int, ...]
     costs: tuple[float, ...]
     unit_s: float = 0.0
+    overhead_s: float = GUESS_OVERHEAD_S
 
     def __post_init__(self) -> None:
         if len(self.sizes) != len(self.costs) or len(self.sizes) < 2:
@@ -39,6 +42,8 @@ class CostCurve:
             raise ValueError(f"CostCurve.sizes must increase from 1, got {self.sizes!r}")
         if any(not c > 0 for c in self.costs):
             raise ValueError(f"CostCurve.costs must be > 0, got {self.costs!r}")
+        if not 0 <= self.overhead_s < float("inf"):
+            raise ValueError(f"CostCurve.overhead_s must be a number >= 0, got {self.overhead_s!r}")
 
     @classmethod
     def linear(cls, per_token: float = 1.0) -> CostCurve:
@@ -84,17 +89,23 @@ class CostCurve:
         tail = buckets[-1] + 1
         sizes.append(tail)
         costs.append(self(tail))
-        return CostCurve(tuple(sizes), tuple(costs), self.unit_s)
+        return CostCurve(tuple(sizes), tuple(costs), self.unit_s, self.overhead_s)
 
-    def seconds_in_units(self, seconds: float) -> float:
-        """``seconds`` in one-token forwards (0.0 when the unit is unknown)."""
-        return seconds / self.unit_s if self.unit_s > 0 else 0.0
+    @property
+    def overhead(self) -> float:
+        """The decoder's own work in a guessing step, in one-token forwards (0.0 when the unit
+        is unknown)."""
+        return self.overhead_s / self.unit_s if self.unit_s > 0 else 0.0
 
     def as_dict(self) -> dict:
-        return {"sizes": list(self.sizes), "costs": list(self.costs), "unit_s": self.unit_s}
+        return {
+            "sizes": list(self.sizes),
+            "costs": list(self.costs),
+            "unit_s": self.unit_s,
+            "overhead_s": self.overhead_s,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> CostCurve:
-        return cls(
-            tuple(int(k) for k in data["sizes"]), tuple(float(c) for c in data["costs"]), float(data.get("unit_s", 0.0))
-        )
+        sizes, costs = tuple(int(k) for k in data["sizes"]), tuple(float(c) for c in data["costs"])
+        return cls(sizes, costs, float(data.get("unit_s", 0.0)), float(data.get("overhead_s", GUESS_OVERHEAD_S)))

@@ -27,7 +27,7 @@ from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import LookaheadStats
 from lookahead.step.batch import Holes
 from lookahead.step.classic import ClassicProposer
-from lookahead.step.costmodel import GUESS_OVERHEAD_S, CostCurve
+from lookahead.step.costmodel import CostCurve
 from lookahead.step.host import fetch, widen
 from lookahead.step.proposer import Proposer, plain_plan
 from lookahead.step.rows import ForcedPad, Row, RowView
@@ -42,7 +42,7 @@ def proposer_for(config: LookaheadConfig, rule, stats, kept: KeptState, costs: C
     if config.classic:
         return ClassicProposer(config, rule, stats, kept, None, 0.0, index)
     costs = costs if costs is not None else CostCurve.linear()
-    return Proposer(config, rule, stats, kept, costs, costs.seconds_in_units(GUESS_OVERHEAD_S), index)
+    return Proposer(config, rule, stats, kept, costs, costs.overhead, index)
 
 
 class Decoder:

@@ -29,6 +29,20 @@ def test_calibration_is_cached_on_disk_and_reused(tmp_path, monkeypatch):
     assert cost_curve(model, cache_dir=tmp_path) == curve
 
 
+def test_the_decoder_s_own_work_is_measured_with_the_curve(monkeypatch):
+    """A calibrated curve carries the decoder's own work per guessing step on this machine (a
+    guessing decode against a plain one, outside the forwards): a few hundred microseconds
+    here, priced in one-token forwards; a given curve without it prices the default."""
+    monkeypatch.setattr(costmodel, "REPEATS", 2)
+    model = tiny_model("llama", "sdpa")
+    curve = costmodel.calibrate(model)
+    assert 0 < curve.overhead_s < 0.05 and curve.overhead == pytest.approx(curve.overhead_s / curve.unit_s)
+    assert CostCurve.from_dict(curve.as_dict()) == curve
+    assert CostCurve.linear(0.1).overhead == 0.0  # no unit known: nothing to price it in
+    with pytest.raises(ValueError, match="overhead_s"):
+        CostCurve((1, 2), (1.0, 2.0), 0.01, -1.0)
+
+
 def test_key_tells_dtypes_and_architectures_apart():
     a, b = tiny_model("llama", "sdpa"), tiny_model("mistral", "sdpa")
     assert costmodel.curve_key(a) != costmodel.curve_key(b)

@@ -1,4 +1,4 @@
-"""``verify.warpers``: generate's processors applied one by one, a top-k then top-p from the
+"""``sampling.warpers``: generate's processors applied one by one, a top-k then top-p from the
 row's top k alone, and a top-p alone over radix-sorted values, give ``LogitsProcessorList``'s
 scores bit for bit."""
 
