@@ -10,7 +10,7 @@ Variants (``LookaheadConfig`` fields changed from the default):
     -pool                guesses=0 (no n-gram pool)
     -copy                copy_length=0 (no suffix-drafted copy guess, hence no draft budget)
     -successors          successors=0 (no recycled predictions)
-    -adaptive            adaptive=False (every step the full shape, whole guesses)
+    classic              method="classic" (every step the full shape, whole guesses)
     copy-only            window=0, guesses=0, successors=0 (the draft tree alone, as
                          SuffixDecoding drafts, fed as far as the budget says it pays)
     kept-pool            one pool (and its history) kept across the prompts
@@ -40,7 +40,7 @@ VARIANTS = {
     "-pool": {"guesses": 0},
     "-copy": {"copy_length": 0},
     "-successors": {"successors": 0},
-    "-adaptive": {"adaptive": False},
+    "classic": {},
     "copy-only": {"window": 0, "guesses": 0, "successors": 0},
 }
 
@@ -64,8 +64,8 @@ def build_variants(settings, names: list[str], index=None):
             variants.append(Variant(name, "lookahead", replace(settings, state={}, keep_pool=True)))
         elif name == "+index":
             variants.append(Variant(name, "lookahead", replace(settings, state={}, index=index)))
-        elif name == "suffix":
-            variants.append(Variant(name, "suffix", replace(settings, state={})))
+        elif name in ("suffix", "classic"):
+            variants.append(Variant(name, name, replace(settings, state={})))
         else:
             variants.append(Variant(name, "lookahead", replace(settings, state={}, config_fields=dict(VARIANTS[name]))))
     return variants

@@ -8,10 +8,10 @@ model's greedy tokens from transformers' ``generate``, which vLLM's equal) teach
 policy walks each text step by step, a step taking the draft's tokens while they are the text's
 and one more (the model's own), and the request's text joins the history once it ends, as in
 the engine. Policies, all with ``k`` draft tokens at most and the same copy tree (the request's
-own text and the history, ``CopyDrafter`` as the proposer builds it):
+own text and the history, a ``CopyDrafter`` as the proposer's planner has it):
 
-    proposer    ``LookaheadProposer.propose`` itself: the tree's likeliest chain, cut where the
-                learnt chances stop paying (what vLLM verified in the check)
+    proposer    ``LookaheadProposer.propose`` itself: its draft budget's choice over the copy
+                tree and the n-gram pool, cut to the likeliest chain (what vLLM verified)
     chain       that likeliest chain uncut, k deep: a chain verifier's best without the cut
     tree        the whole tree: the longest root path that is the text (a tree verifier)
     ngram       vLLM's ``ngram`` as the check configures it (the text's longest end of 2 to 5
@@ -97,6 +97,27 @@ def ngram_draft(text: np.ndarray, k: int, low: int = 2, high: int = 5) -> np.nda
     return text[:0]
 
 
+def likeliest_chain(tokens: np.ndarray, parents: np.ndarray, probs: np.ndarray, k: int) -> list[int]:
+    """The path from the root through each node's likeliest child (the first on a tie), at most
+    ``k`` deep: the chain ``DraftBudget(chain=True)`` cuts its choice to."""
+    chain, cur = [], -1
+    while len(chain) < k:
+        kids = [i for i in range(tokens.shape[0]) if parents[i] == cur]
+        if not kids:
+            break
+        cur = max(kids, key=lambda i: (probs[i], -i))
+        chain.append(int(tokens[cur]))
+    return chain
+
+
+def copy_drafter(proposer, k: int):
+    """A copy guess as a request's planner has it, over the proposer's history."""
+    from lookahead.drafts.copy_drafter import CopyDrafter
+
+    config = proposer.drafting.config
+    return CopyDrafter(config.copy_length, config.copy_match, config.copy_min_prob, proposer.history.indexes)
+
+
 def chain_accepts(draft, truth: np.ndarray) -> int:
     n = 0
     while n < len(draft) and n < truth.shape[0] and draft[n] == truth[n]:
@@ -117,9 +138,8 @@ def new_proposer(k: int):
 
 def walk(texts, first: int, k: int, policy: str) -> dict:
     """Steps of one policy over every request in order: tokens per step, drafted and held."""
-    from lookahead.vllm.chain import best_chain
-
-    proposer = new_proposer(k)  # its drafter and history serve every policy
+    proposer = new_proposer(k)  # its history serves every policy
+    drafter = copy_drafter(proposer, k)
     steps = generated = drafted = held = 0
     buffer = np.zeros((1, MAX_MODEL_LEN), dtype=np.int64)
     for r, (text, start) in enumerate(texts):
@@ -135,12 +155,11 @@ def walk(texts, first: int, k: int, policy: str) -> dict:
             elif policy == "ngram":
                 accepted = chain_accepts(ngram_draft(text[:known], k), truth)
             else:
-                tokens, parents, probs, match = proposer.drafter.tree(text[:known])
+                tokens, parents, probs, _ = drafter.tree(text[:known])
                 if policy == "tree":
                     accepted = tree_accepts(tokens, parents, truth, k)
                 else:
-                    chain = best_chain(tokens, parents, probs, match, k) if tokens.shape[0] else None
-                    accepted = chain_accepts(chain.tokens if chain is not None else [], truth)
+                    accepted = chain_accepts(likeliest_chain(tokens, parents, probs, k), truth)
             step = min(accepted + 1, truth.shape[0])
             sampled = [int(t) for t in text[known : known + step]]
             known = known + step
@@ -148,7 +167,7 @@ def walk(texts, first: int, k: int, policy: str) -> dict:
                 steps, generated = steps + 1, generated + step
         if policy == "proposer":  # the request leaves the batch: the next call files its text
             continue
-        proposer.history.add(text)
+        proposer.history.remember(text)
     if policy == "proposer":  # the last request's text too (nothing else reads it)
         proposer.propose([], np.zeros(0, dtype=np.int64), buffer)
     out = {"steps": steps, "tokens": generated, "tokens_per_step": generated / steps}
@@ -162,12 +181,13 @@ def reachable(texts, first: int, k: int) -> float:
     the copy tree over the text before it has as a child of its root."""
 
     proposer, hits, positions = new_proposer(k), 0, 0
+    drafter = copy_drafter(proposer, k)
     for r, (text, start) in enumerate(texts):
         for known in range(start + 1, text.shape[0]) if r >= first else ():
-            tokens, parents, _, _ = proposer.drafter.tree(text[:known])
+            tokens, parents, _, _ = drafter.tree(text[:known])
             hits += bool(tree_accepts(tokens, parents, text[known:], 1))
             positions += 1
-        proposer.history.add(text)
+        proposer.history.remember(text)
     return hits / positions
 
 

@@ -41,8 +41,7 @@ def main(argv=None) -> int:
     chosen = prompts.load_prompts(args.prompts, tokenizer, args.limit or None)
     max_len = loading.max_prompt_len(model, args.max_new_tokens)
     settings = methods.Settings(max_new_tokens=args.max_new_tokens, pad_token_id=loading.pad_token_id(model, tokenizer))
-    config = lookahead.LookaheadConfig()
-    pool = lookahead.NgramPool(config.ngram, config.guesses, config.pool_capacity, config.context_tokens)
+    pool = lookahead.KeptState()
     peers = [m for m in ("prompt-lookup", "suffix-global" if args.keep_pool else "suffix") if methods.available(m)]
     tokens = dict.fromkeys(["lookahead", *peers], 0)
     forwards = dict.fromkeys(tokens, 0)

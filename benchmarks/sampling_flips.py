@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
-        "--fixed", action="store_true", help="the full shape every step (adaptive=False): many-token forwards"
+        "--fixed", action="store_true", help="the full shape every step (method='classic'): many-token forwards"
     )
     ap.add_argument("--json", default=None, help="write the per-prompt records here")
     args = ap.parse_args(argv)
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         expected = model.generate(ids, **kwargs)[0, ids.shape[1] :].tolist()
         stats = lookahead.LookaheadStats()
         torch.manual_seed(seed)
-        config = lookahead.LookaheadConfig(adaptive=not args.fixed)
+        config = lookahead.LookaheadConfig(method="classic" if args.fixed else "lookahead")
         got = lookahead.generate(model, ids, lookahead_config=config, lookahead_stats=stats, **kwargs)
         got = got[0, ids.shape[1] :].tolist()
         tokens += len(expected)
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     differ = [r for r in records if not r["equal"]]
     flips = [r for r in differ if r.get("flip")]
     summary = {
-        "adaptive": not args.fixed,
+        "method": "classic" if args.fixed else "lookahead",
         "prompts": len(records),
         "tokens": tokens,
         "equal": len(records) - len(differ),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+
+# a decode's stages, in a step's order: what ``LookaheadStats.stages`` times
+STAGES = ("prefill", "plan", "inputs", "forward", "fetch", "verify", "learn", "commit", "stop")
 
 
 @dataclass
@@ -36,6 +40,13 @@ class LookaheadStats:
         warmup_s: seconds spent before the prefill making sure no step waits for a compile:
             the numba kernels on a process's first call (``lookahead.warmup``) and the
             compiled buckets above (outside ``forward_s``, inside ``total_s``).
+        stages: seconds per stage of the decode (``STAGES``): the prefill (the prompt's
+            forward, the first token, the sources started), then each step's planning (every
+            source and the budget, the tree), building its inputs and mask, the forward
+            (``forward_s`` less the prefill's), reading the logits, verifying (the walk, the
+            tokens appended), learning (the stats, every source, the budget), the commit and
+            the stopping criteria. ``total_s`` less their sum is the call's set-up (checks, the
+            cost curve, a compile).
     """
 
     forwards: int = 0
@@ -55,6 +66,7 @@ class LookaheadStats:
     fallback: bool = False
     compiled_graphs: list[int] = field(default_factory=list)
     warmup_s: float = 0.0
+    stages: dict = field(default_factory=dict)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -98,4 +110,25 @@ class LookaheadStats:
             "total_s": self.total_s,
             "overhead_share": self.overhead_share,
             "fallback": self.fallback,
+            "stages": dict(self.stages),
         }
+
+
+class Laps:
+    """A stopwatch that adds the time since its last mark to ``stages[name]`` at each
+    ``mark(name)`` (a decode's stages, ``LookaheadStats.stages``): one clock read a stage."""
+
+    def __init__(self, stages: dict):
+        self.stages = stages
+        self.last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.stages[name] = self.stages.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def move(self, seconds: float, source: str, target: str) -> None:
+        """Count ``seconds`` of what was marked ``source`` as ``target`` (a forward timed
+        inside a stage that also built its inputs)."""
+        self.stages[source] -= seconds
+        self.stages[target] = self.stages.get(target, 0.0) + seconds

@@ -2,9 +2,9 @@
 # Mutation testing of the correctness-critical modules with mutmut 3 (not part of CI).
 #
 #   pip install mutmut                       # a tool, not a test dependency
-#   tools/mutation.sh                        # verify mask cache tree kernels decode api batch
+#   tools/mutation.sh                        # verify mask cache tree kernels loop single proposer budget api batch
 #   tools/mutation.sh verify mask            # some of them
-#   MUTATION_TIMEOUT=420 tools/mutation.sh decode   # stop after 7 minutes; rerun to go on
+#   MUTATION_TIMEOUT=420 tools/mutation.sh single   # stop after 7 minutes; rerun to go on
 #
 # Every module runs in its own copy of the repository, $MUTATION_DIR/<module> (default
 # /tmp/lookahead-mutation/<module>; the working tree is never touched), against a fast test
@@ -35,7 +35,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${MUTATION_DIR:-/tmp/lookahead-mutation}"
 CHILDREN="${MUTATION_CHILDREN:-2}"
 LIMIT="${MUTATION_TIMEOUT:-0}"
-ALL=(verify mask cache tree kernels decode api batch)
+ALL=(verify mask cache tree kernels loop single proposer budget api batch)
 
 command -v mutmut >/dev/null || { echo "mutmut not found: pip install mutmut" >&2; exit 2; }
 
@@ -45,7 +45,8 @@ command -v mutmut >/dev/null || { echo "mutmut not found: pip install mutmut" >&
 path_of() {
   case "$1" in
     verify) echo "verify/rules.py" ;;
-    mask | cache | decode | batch) echo "step/$1.py" ;;
+    mask | cache | loop | single | proposer | batch) echo "step/$1.py" ;;
+    budget) echo "drafts/budget.py" ;;
     tree) echo "verify/tree.py" ;;
     kernels) echo "drafts/kernels.py" ;;
     api) echo "api.py" ;;
@@ -60,9 +61,10 @@ tests_for() {
     cache) echo "tests/unit/test_mask.py tests/unit/test_cache.py tests/contract/test_sliding_window.py tests/contract/test_batch.py::test_cache_rows_equal_a_fresh_prefill" ;;
     tree) echo "tests/unit/test_trie.py tests/unit/test_mask.py::test_step_mask_equals_the_reference" ;;
     kernels) echo "tests/unit/test_trie.py tests/unit/test_pool.py tests/unit/test_kernels.py tests/unit/test_successors.py::test_successor_table_against_a_dict" ;;
-    decode) echo "tests/unit/test_decoder.py tests/contract/test_batch.py::test_batch_with_recycled_guesses_equals_greedy tests/unit/test_compression.py tests/unit/test_window.py tests/contract/test_sliding_window.py::test_steps_longer_than_the_window_equal_greedy tests/unit/test_stopping.py::test_user_criterion_sees_each_token_and_its_scores tests/unit/test_stopping.py::test_eos_list_fires_before_stop_string_and_user_criterion tests/contract/test_exact.py::test_repetitive_prompts_accept_several_tokens_per_forward tests/contract/test_exact.py::test_left_padding tests/contract/test_exact.py::test_long_generation_slides_past_the_window tests/contract/test_compat.py::test_return_dict_with_scores_and_logits tests/contract/test_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/contract/test_compat.py::test_user_stopping_criteria_stop_mid_block tests/contract/test_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/contract/test_compat.py::test_stats_add_up_over_calls" ;;
+    loop | single | proposer) echo "tests/unit/test_decoder.py tests/contract/test_batch.py::test_batch_with_recycled_guesses_equals_greedy tests/unit/test_compression.py tests/unit/test_window.py tests/contract/test_sliding_window.py::test_steps_longer_than_the_window_equal_greedy tests/unit/test_stopping.py::test_user_criterion_sees_each_token_and_its_scores tests/unit/test_stopping.py::test_eos_list_fires_before_stop_string_and_user_criterion tests/contract/test_exact.py::test_repetitive_prompts_accept_several_tokens_per_forward tests/contract/test_exact.py::test_left_padding tests/contract/test_exact.py::test_long_generation_slides_past_the_window tests/contract/test_compat.py::test_return_dict_with_scores_and_logits tests/contract/test_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/contract/test_compat.py::test_user_stopping_criteria_stop_mid_block tests/contract/test_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/contract/test_compat.py::test_stats_add_up_over_calls" ;;
+    budget) echo "tests/unit/test_budget.py tests/unit/test_sources.py tests/unit/test_kept_state.py tests/unit/test_compression.py tests/unit/test_vllm_proposer.py" ;;
     api) echo "tests/contract/test_api.py tests/unit/test_stopping.py tests/contract/test_errors.py tests/unit/test_decoder.py::test_output_carries_scores_and_logits_only_when_asked tests/unit/test_decoder.py::test_model_with_use_cache_off_in_its_config_equals_greedy tests/unit/test_decoder.py::test_model_without_logits_to_keep_equals_greedy tests/contract/test_compat.py::test_user_logits_processor tests/contract/test_compat.py::test_stop_strings_with_tokenizer tests/contract/test_compat.py::test_streamer_gets_prompt_then_each_final_token_once tests/contract/test_compat.py::test_return_dict_with_scores_and_logits tests/contract/test_compat.py::test_generation_config_object_and_model_defaults tests/contract/test_compat.py::test_custom_generate_entry_point tests/contract/test_compat.py::test_custom_generate_with_stop_string_criterion tests/contract/test_compat.py::test_stop_strings_from_a_generation_config tests/contract/test_compat.py::test_stop_strings_without_tokenizer_is_a_clear_error tests/contract/test_compat.py::test_pool_kept_across_requests_helps_the_next_one tests/contract/test_compat.py::test_pool_shape_must_match_the_config tests/contract/test_compat.py::test_stats_add_up_over_calls tests/contract/test_sampling.py::test_same_seed_same_output_whatever_the_shape tests/contract/test_sampling.py::test_sampling_options_run_with_stats tests/contract/test_batch.py::test_bad_batches_are_clear_errors tests/contract/test_batch.py::test_finished_rows_leave_the_batch tests/contract/test_batch.py::test_custom_generate_entry_point_takes_a_batch tests/contract/test_batch.py::test_stop_strings_and_user_criteria_per_row" ;;
-    batch) echo "tests/contract/test_batch.py::test_batch_equals_generate[llama-sdpa] tests/contract/test_batch.py::test_batch_equals_generate[mistral-eager] tests/contract/test_batch.py::test_batch_equals_generate[gemma2-eager] tests/contract/test_batch.py::test_repetitive_rows_compress tests/contract/test_batch.py::test_finished_rows_leave_the_batch tests/contract/test_batch.py::test_stop_strings_and_user_criteria_per_row tests/contract/test_batch.py::test_custom_generate_entry_point_takes_a_batch tests/contract/test_batch.py::test_sampling_each_row_has_the_models_distribution tests/contract/test_batch.py::test_cache_rows_equal_a_fresh_prefill tests/contract/test_batch.py::test_bad_batches_are_clear_errors tests/contract/test_batch.py::test_kept_pool_remembers_each_row_s_real_text tests/contract/test_batch.py::test_finished_rows_feed_pad_runs_while_scores_are_reported tests/contract/test_batch.py::test_every_guess_source_contributes_in_a_batch tests/contract/test_batch.py::test_rows_share_one_pool_and_one_successor_table tests/contract/test_api.py::test_batch_output_and_pool tests/contract/test_api.py::test_the_given_cost_curve_drives_the_budget tests/contract/test_api.py::test_batch_pads_with_the_first_eos_when_there_is_no_pad_id tests/contract/test_api.py::test_sampling_runs_the_processors" ;;
+    batch) echo "tests/contract/test_batch.py::test_batch_equals_generate[llama-sdpa] tests/contract/test_batch.py::test_batch_equals_generate[mistral-eager] tests/contract/test_batch.py::test_batch_equals_generate[gemma2-eager] tests/contract/test_batch.py::test_repetitive_rows_compress tests/contract/test_batch.py::test_finished_rows_leave_the_batch tests/contract/test_batch.py::test_stop_strings_and_user_criteria_per_row tests/contract/test_batch.py::test_custom_generate_entry_point_takes_a_batch tests/contract/test_batch.py::test_sampling_each_row_has_the_models_distribution tests/contract/test_batch.py::test_cache_rows_equal_a_fresh_prefill tests/contract/test_batch.py::test_bad_batches_are_clear_errors tests/contract/test_batch.py::test_kept_state_remembers_each_row_s_real_text tests/contract/test_batch.py::test_finished_rows_feed_pad_runs_while_scores_are_reported tests/contract/test_batch.py::test_every_guess_source_contributes_in_a_batch tests/contract/test_batch.py::test_rows_share_one_pool_and_one_successor_table tests/contract/test_api.py::test_batch_output_and_pool tests/contract/test_api.py::test_the_given_cost_curve_drives_the_budget tests/contract/test_api.py::test_batch_pads_with_the_first_eos_when_there_is_no_pad_id tests/contract/test_api.py::test_sampling_runs_the_processors" ;;
     *) echo "unknown module: $1 (one of: ${ALL[*]})" >&2; return 1 ;;
   esac
 }

@@ -275,6 +275,7 @@ def _from_stats(tokens, stats, wall: float, peak: float) -> RunResult:
         "window_steps": getattr(stats, "window_steps", 0),
         "source_tokens": dict(getattr(stats, "source_tokens", {})),
         "fallback": stats.fallback,
+        "stages": dict(stats.stages),
     }
     forwards = stats.row_forwards or stats.forwards
     return RunResult(

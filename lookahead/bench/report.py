@@ -8,6 +8,7 @@ from collections import Counter
 
 from lookahead.bench.runner import TIE_MARGIN, Record
 from lookahead.checking.verdict import is_flip
+from lookahead.stats import STAGES
 
 SCHEMA_VERSION = 1
 # The stable keys other tools read; docs/bench.md documents them. Extra keys may follow them.
@@ -51,6 +52,41 @@ def per_prompt_speedups(records: list[Record], label: str, baseline: str) -> dic
             if ratio is not None:
                 out[r.prompt_id] = ratio
     return out
+
+
+def _decode_s(result) -> float | None:
+    """A run's seconds after its prefill (the prompt's forward), None where not known."""
+    return result.wall_s - result.prefill_s if result.prefill_s is not None else None
+
+
+def decode_speedup(records: list[Record], label: str, baseline: str) -> float | None:
+    """:func:`_speedup` of the decode alone: each run's wall time less its prefill, which every
+    method pays alike and which a long prompt makes most of the wall time."""
+    base = {r.prompt_id: r.result for r in records if r.label == baseline}
+    rows = [(r.result, base.get(r.prompt_id)) for r in records if r.label == label]
+    if not rows or any(b is None or _decode_s(r) is None or _decode_s(b) is None for r, b in rows):
+        return None
+    new, spent = sum(r.new_tokens for r, _ in rows), sum(_decode_s(r) for r, _ in rows)
+    base_new, base_spent = sum(b.new_tokens for _, b in rows), sum(_decode_s(b) for _, b in rows)
+    return _speedup(new, spent, base_new, base_spent)
+
+
+def profile(rows) -> dict | None:
+    """Where a method's time went: per stage of its decode (``lookahead.stats.STAGES``) the mean
+    microseconds per step and the share of its wall time, and its set-up (the wall time outside
+    the stages); for a method that times no stages, its forwards and everything else."""
+    wall = sum(r.wall_s for r in rows)
+    steps = sum(r.steps or 0 for r in rows) or sum(max(r.forwards - 1, 0) for r in rows)
+    if not wall or not steps:
+        return None
+    staged = [r.extra["stages"] for r in rows if r.extra.get("stages")]
+    if len(staged) == len(rows):
+        spent = {name: sum(s.get(name, 0.0) for s in staged) for name in STAGES}
+        spent["setup"] = max(wall - sum(spent.values()), 0.0)
+    else:
+        forward = sum(r.forward_s for r in rows)
+        spent = {"forward": forward, "other": max(wall - forward, 0.0)}
+    return {name: {"us_per_step": s / steps * 1e6, "share": s / wall} for name, s in spent.items()}
 
 
 def _mean_step_forward_s(records: list[Record], label: str | None) -> float | None:
@@ -127,6 +163,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         # extra: of the sampled flips, those at a support boundary (top-k, top-p, min-p, typical-p, epsilon, eta)
         "boundary_flips": sum((r.flip or {}).get("kind") == "boundary" for r in ties) if checked else None,
         # extra keys (documented, not part of the stable set)
+        "decode_speedup": decode_speedup(records, label, baseline) if baseline else None,
         "prompts": len(rows),
         "forward_s": forward_s,
         "peak_mem_mb": max((r.peak_mem_mb for r in rows), default=None),
@@ -135,6 +172,7 @@ def summarize(records: list[Record], label: str, baseline: str | None, exactness
         ),
         "compile_s": sum(r.warmup_s for r in rows),  # inside timed runs: 0 after a warm-up
         "slow_prompts": slow_prompts(records, label),
+        "profile": profile(rows),
         **_engine_extras(rows),
     }
 
@@ -278,6 +316,24 @@ def table(doc: dict) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def profile_table(doc: dict) -> str:
+    """Each method's mean microseconds per step by stage (and its share of the wall time), one
+    line per method: where the time outside the forward goes."""
+    names = [
+        n for n in (*STAGES, "setup", "other") if any(n in (s.get("profile") or {}) for s in doc["methods"].values())
+    ]
+    head = ["us per step", *names, "outside forward"]
+    rows = []
+    for label, s in doc["methods"].items():
+        prof = s.get("profile") or {}
+        cells = [f"{prof[n]['us_per_step']:.0f} {prof[n]['share']:.0%}" if n in prof else "-" for n in names]
+        outside = sum(v["share"] for n, v in prof.items() if n not in ("forward", "prefill"))
+        rows.append([label, *cells, f"{outside:.1%}" if prof else "-"])
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
 def warmup_lines(doc: dict) -> list[str]:
     """What each method spent before its timed runs (compiles, first calls), apart from the
     decoding the table times, and the prompts flagged as stalls."""
@@ -305,6 +361,7 @@ def explain(doc: dict) -> list[str]:
         lines.append(
             f"{label}: {s['tokens_per_forward']:.2f} tokens/forward / {s['forward_cost']:.2f} forward cost"
             f" = {_fmt(ideal, '.2f')}x from forwards; measured {s['speedup']:.2f}x"
+            f" ({_fmt(s.get('decode_speedup'), '.2f')}x without the prefill)"
             f" (overhead {_fmt(s['overhead_share'], '.0%')} vs greedy {_fmt(base['overhead_share'], '.0%')})"
         )
     return lines

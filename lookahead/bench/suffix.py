@@ -200,9 +200,13 @@ def greedy_chain_decode(
 
 
 def _decode(model, input_ids, drafter, max_new_tokens: int, eos: frozenset[int], stats) -> list[int]:
-    """The loop itself; returns the new tokens."""
+    """The loop itself; returns the new tokens. Each stage's time goes to ``stats.stages`` (as
+    lookahead's decode loop times its own: ``lookahead.stats.STAGES``)."""
     from transformers.cache_utils import DynamicCache
 
+    from lookahead.stats import Laps
+
+    laps = Laps(stats.stages)
     cache = DynamicCache(config=model.config)
     cache.activate_past_recording()  # sliding-window layers keep a step's entries until crop trims them
     forward = _Forward(model, cache, stats)
@@ -211,14 +215,23 @@ def _decode(model, input_ids, drafter, max_new_tokens: int, eos: frozenset[int],
     text.append(int(forward(input_ids, 0, last_only=True)[-1].argmax()))
     cache.crop(0)  # sliding-window layers: back to their window after the prompt
     drafter.update(text[-1:])
+    laps.mark("prefill")
     while len(text) - prompt_len < max_new_tokens and text[-1] not in eos:
         budget = max_new_tokens - (len(text) - prompt_len) - 1  # a longer draft could never be kept
         draft = drafter.speculate(text, budget)[:budget] if budget > 0 else []
+        laps.mark("plan")
         step = torch.tensor([text[-1:] + draft], dtype=input_ids.dtype, device=input_ids.device)
-        choices = forward(step, len(text) - 1).argmax(-1).tolist()
+        forwarded = stats.forward_s
+        logits = forward(step, len(text) - 1)
+        laps.mark("inputs")
+        laps.move(stats.forward_s - forwarded, "inputs", "forward")
+        choices = logits.argmax(-1).tolist()
+        laps.mark("fetch")
         k = accepted_length(draft, choices)
         appended = _until_eos(draft[:k] + [choices[k]], eos)
+        laps.mark("verify")
         cache.crop(-(len(draft) - k))  # drop the rejected drafts; crop(0) still trims sliding layers
+        laps.mark("commit")
         text.extend(appended)
         drafter.update(appended)
         stats.steps += 1
@@ -226,4 +239,5 @@ def _decode(model, input_ids, drafter, max_new_tokens: int, eos: frozenset[int],
         stats.pool_lookups += int(budget > 0)
         stats.pool_hits += int(bool(draft))
         stats.guess_tokens += len(draft)
+        laps.mark("learn")
     return text[prompt_len:]

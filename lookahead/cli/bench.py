@@ -92,6 +92,12 @@ def harness_options(p, limit: int, max_new: int) -> None:
     )
     g.add_argument("--no-warmup", action="store_true", help="skip the warm-up run of each method")
     g.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where each method's time goes per step: planning, inputs, forward, logits, verify, learn, "
+        "commit (the JSON always has it)",
+    )
+    g.add_argument(
         "--compile",
         action="store_true",
         help="every method on a static cache with a compiled forward, transformers' fast path (greedy = "
@@ -271,6 +277,8 @@ def run(args) -> int:
         report.explain(doc) + report.source_lines(doc) + report.warmup_lines(doc) + report.curve_lines(doc["config"])
     ):
         print(line, file=out)
+    if args.profile:
+        print(report.profile_table(doc), file=out)
     if args.json:
         options.write_json(doc, args.json, out)
     if args.plot:

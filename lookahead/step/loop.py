@@ -24,7 +24,7 @@ import torch
 from lookahead.config import LookaheadConfig
 from lookahead.drafts.kept import KeptState
 from lookahead.drafts.suffix import SuffixIndex
-from lookahead.stats import LookaheadStats
+from lookahead.stats import Laps, LookaheadStats
 from lookahead.step.batch import Holes
 from lookahead.step.classic import ClassicProposer
 from lookahead.step.costmodel import CostCurve
@@ -91,7 +91,7 @@ class Decoder:
     def prefill(self, input_ids: torch.Tensor, attention_mask=None, position_ids=None, cache=None) -> None:
         """Run the prompts (left-padded ``[B, n]``), pick each row's first token, start each
         row's proposer. One row may come with a ``cache`` holding its prompt's first tokens."""
-        rows = input_ids.shape[0]
+        laps, rows = Laps(self.stats.stages), input_ids.shape[0]
         self.layout = (
             OneRow(self.model, cache, self.static, self.stats)
             if rows == 1
@@ -104,6 +104,7 @@ class Decoder:
         self.top_k = self.rows[0].proposer.top_k
         self.live = list(self.rows)
         self._retire()
+        laps.mark("prefill")
 
     def _start_row(self, input_ids: torch.Tensor, r: int, logits: torch.Tensor, real: np.ndarray) -> Row:
         """Row ``r``: its sequence, its rule (a batch row's own copy reading its noise row and
@@ -130,15 +131,21 @@ class Decoder:
     def step(self) -> None:
         """One forward for every live row: plan, forward, verify (and learn), commit, stop. On
         a static cache every row keeps its slot: a row that left feeds its last token, which
-        nothing sees or keeps."""
+        nothing sees or keeps. Each stage's time goes to ``stats.stages``."""
+        laps, stats = Laps(self.stats.stages), self.stats
         live = {id(row) for row in self.live}
         rows = self.rows if self.layout.keeps_slots else self.live
         plans = [row.plan() if id(row) in live else plain_plan(row.seq.tokens[-1]) for row in rows]
         width = self.layout.width(max(len(plan.tokens) for plan in plans))
         # a row narrower than the step may fill the room it pays for anyway with more nodes
         plans = [row.refill(plan, width) if id(row) in live else plan for row, plan in zip(rows, plans)]
+        laps.mark("plan")
+        forwarded = stats.forward_s
         logits = widen(self.layout.forward(rows, plans, width, len(self.live)))
+        laps.mark("inputs")
+        laps.move(stats.forward_s - forwarded, "inputs", "forward")
         preds, top, scores = fetch(logits, self.top_k)  # one read for every row
+        laps.mark("fetch")
         paths = []
         for i, (row, plan) in enumerate(zip(rows, plans)):
             if id(row) not in live:
@@ -147,11 +154,13 @@ class Decoder:
             fed = len(plan.tokens)
             recycled = (top[i, :fed].numpy(), scores[i, :fed].numpy()) if top is not None else (None, None)
             learn = not row.forced  # a forced row feeds pads, not guesses
-            paths.append(row.proposer.verify(row.seq, plan, logits[i, :fed], preds[i, :fed], *recycled, learn=learn))
+            paths.append(row.proposer.verify(row.seq, plan, logits[i, :fed], preds[i, :fed], *recycled, learn, laps))
         self.layout.commit(paths, [len(plan.tokens) for plan in plans])
+        laps.mark("commit")
         for row in self.live:
             self._check_stop(row)
         self._retire()
+        laps.mark("stop")
 
     def _check_stop(self, row: Row) -> None:
         """Note when a row's criteria first said stop, and what it does from then on."""

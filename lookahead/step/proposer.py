@@ -142,15 +142,19 @@ class Proposer:
             return Context(seq.array())
         return Context(seq.array(), noise.numpy(), self.rule.temperature)
 
-    def verify(self, seq: TokenSequence, plan: Plan, logits, preds, top=None, scores=None, learn: bool = True):
+    def verify(self, seq: TokenSequence, plan: Plan, logits, preds, top=None, scores=None, learn=True, laps=None):
         """Walk ``plan``'s tree over its ``logits`` ``[q, V]`` (``preds`` ``[q]``: their host
         argmax; ``top``/``scores``: the top-k fetched for the sources, or None) appending to
-        ``seq``; where ``learn``, count the step and let the planner learn. Returns the nodes
-        whose cache entries stay."""
+        ``seq``; where ``learn``, count the step and let the planner learn (``laps``, a
+        ``stats.Laps``, marks the two stages). Returns the nodes whose cache entries stay."""
         path = self.accept(seq, plan.tree, logits, preds)
+        if laps is not None:
+            laps.mark("verify")
         if learn:
             self.count(plan, preds.shape[0], seq.tokens[-len(path) :])
             self.learn(seq, plan, path, preds, logits, top, scores)
+        if laps is not None:
+            laps.mark("learn")
         return path
 
     def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: torch.Tensor) -> list[int]:
