@@ -14,6 +14,11 @@ Built-in sets (all deterministic):
 - ``stdlib-tests``: the start of a function from each of the standard library's
   ``test/test_*.py`` files (which the embedded model was never trained on), after that
   file's imports: held-out code for a corpus index built from the rest of the stdlib.
+- ``code-1k``, ``code-4k``, ``code-12k``: long real code, a file's context before the next
+  function: each of the standard library's ``test/test_*.py`` files long enough (in name
+  order, which the embedded model was never trained on), cut after the first body line of the
+  last function that starts within about 1,000, 4,000 or 12,000 tokens. Past the embedded
+  model's 1,024 positions, run them with ``--positions`` (2048, 8192, 16384).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BUILTIN_SETS = ("humaneval", "grounded", "adversarial", "multiturn", "stdlib-tests")
+LONG_CODE = {"code-1k": 1000, "code-4k": 4000, "code-12k": 12000}  # set -> prompt tokens, about
+BUILTIN_SETS = ("humaneval", "grounded", "adversarial", "multiturn", "stdlib-tests", *LONG_CODE)
 
 # Standard-library files the grounded set is cut from: present and stable on CPython 3.10-3.13.
 GROUNDED_SOURCES = (
@@ -74,7 +80,10 @@ def load_prompts(spec: str, tokenizer=None, limit: int | None = None) -> list[Pr
             "stdlib-tests": stdlib_test_prompts,
         }
         loader = loaders.get(spec)
-        prompts = loader(limit) if loader else adversarial_prompts(tokenizer, limit or 20)
+        if spec in LONG_CODE:
+            prompts = long_code_prompts(tokenizer, LONG_CODE[spec], limit)
+        else:
+            prompts = loader(limit) if loader else adversarial_prompts(tokenizer, limit or 20)
     elif os.path.isfile(spec):
         prompts = jsonl_prompts(spec)
     else:
@@ -143,6 +152,39 @@ def stdlib_test_prompts(limit: int | None = None) -> list[Prompt]:
                     meta = {"expected": "\n".join(body[TEST_HEAD_LINES:])}
                     prompts.append(Prompt(f"stdlib-tests/{path.name}:{node.name}", text=text, meta=meta))
                     break
+        if limit and len(prompts) >= limit:
+            break
+    return prompts
+
+
+def long_code_prompts(tokenizer, tokens: int, limit: int | None = None) -> list[Prompt]:
+    """``limit`` prompts of about ``tokens`` tokens of real code (the ``code-*`` sets): each
+    ``test/test_*.py`` file of the standard library with more tokens, in name order, cut after
+    the first body line of the last function that starts within ``tokens`` tokens (where that
+    cut keeps at least four fifths of them), so the model goes on writing that function."""
+    if tokenizer is None:
+        raise ValueError("the code-* prompt sets count tokens: they need the model's tokenizer")
+    folder = Path(sysconfig.get_paths()["stdlib"]) / "test"
+    prompts = []
+    for path in sorted(folder.glob("test_*.py")):
+        try:
+            source = path.read_text(encoding="utf-8")
+            functions = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)]
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines(keepends=True)
+        starts = [0]
+        for line in lines:
+            starts.append(starts[-1] + len(line))
+        offsets = tokenizer(source, return_offsets_mapping=True, add_special_tokens=False)["offset_mapping"]
+        if len(offsets) <= tokens:
+            continue
+        within, floor = offsets[tokens][0], offsets[tokens * 4 // 5][0]  # characters where the budget ends
+        ends = [starts[n.body[0].end_lineno] for n in functions if floor <= starts[n.body[0].end_lineno] <= within]
+        if not ends:
+            continue
+        text = source[: max(ends)]
+        prompts.append(Prompt(f"code-{tokens // 1000}k/{path.name}", text=text))
         if limit and len(prompts) >= limit:
             break
     return prompts

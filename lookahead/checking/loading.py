@@ -56,6 +56,7 @@ def load(
     attn_implementation: str | None = None,
     tp: bool = False,
     need_tokenizer: bool = True,
+    positions: int | None = None,
 ):
     """Return ``(model, tokenizer)`` in eval mode on ``device``.
 
@@ -64,7 +65,8 @@ def load(
     of this torchrun job with transformers' tensor-parallel plan (each rank on its own device);
     ``ValueError`` outside torchrun, with a ``device``, or when the heads do not divide.
     A folder whose tokenizer cannot be loaded is a one-line ``ValueError``, or, without
-    ``need_tokenizer``, gives ``tokenizer=None``.
+    ``need_tokenizer``, gives ``tokenizer=None``. ``positions``: stretch a rotary model to that
+    many positions (:func:`stretch_positions`).
     """
     torch_dtype = resolve_dtype(dtype)
     if tp:
@@ -86,7 +88,31 @@ def load(
         lm, tokenizer = _load_pretrained(
             model, torch_dtype, device, allow_download, trust_remote_code, attn_implementation, need_tokenizer
         )
+    if positions is not None:
+        stretch_positions(lm, tokenizer, positions)
     return lm.eval(), tokenizer
+
+
+def stretch_positions(model, tokenizer, positions: int) -> None:
+    """Let a rotary model (its config's ``rope_parameters``) take ``positions`` positions by
+    linear interpolation (``rope_type: linear``, factor = positions over its own): how the
+    benchmark runs a small model on prompts of many thousand tokens. Every method then decodes
+    the same stretched model. ``ValueError`` for a model without rotary positions or a
+    ``positions`` below its own."""
+    config = model.config
+    native = getattr(config, "max_position_embeddings", None)
+    rope = getattr(config, "rope_parameters", None)
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    if not native or not isinstance(rope, dict) or rotary is None:
+        raise ValueError(f"--positions {positions}: the model has no rotary positions to stretch")
+    if positions < native:
+        raise ValueError(f"--positions must be >= the model's own {native}, got {positions}")
+    config.rope_parameters = {**rope, "rope_type": "linear", "factor": positions / native}
+    config.max_position_embeddings = positions
+    device = next(model.parameters()).device
+    model.model.rotary_emb = type(rotary)(config).to(device)
+    if tokenizer is not None:
+        tokenizer.model_max_length = positions
 
 
 def _load_pretrained(

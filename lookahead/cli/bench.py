@@ -63,6 +63,14 @@ def harness_options(p, limit: int, max_new: int) -> None:
     g.add_argument("--limit", type=int, default=limit, help="use the first N prompts, 0 = all (default: %(default)s)")
     options.max_new_tokens_option(g, max_new)
     g.add_argument(
+        "--positions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stretch the model's rotary positions to N (linear interpolation), for long prompts such as "
+        "the code-4k and code-12k sets (every method decodes the same stretched model)",
+    )
+    g.add_argument(
         "--batch-size",
         type=int,
         default=1,

@@ -202,6 +202,7 @@ def load_model(args, need_tokenizer: bool = True):
         attn_implementation=args.attn,
         tp=getattr(args, "tp", False),
         need_tokenizer=need_tokenizer,
+        positions=getattr(args, "positions", None),
     )
 
 
