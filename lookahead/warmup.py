@@ -68,6 +68,7 @@ SIGNATURES = {
     "sort_kernels.cut_values": (LOGITS, IDS, _array(types.float32)),
     "kernels.step_layout": (IDS, _array(B, 2)),
     "kernels.greedy_path": (IDS, IDS, IDS, IDS),
+    "kernels.branches": (IDS, IDS, I64, _array(types.float32), I64, I64),
     "suffix_kernels._partition": (IDS32, I64, B, IDS, IDS, I64, I64, I64),
     "suffix_kernels.grow_tree": (IDS32, I64, B, IDS, I64, I64, F64, IDS, IDS, REALS),
     "suffix_kernels.match_lengths": (IDS32, I64, IDS),
@@ -106,9 +107,8 @@ SIGNATURES = {
     "budget.chances_of": (REALS, REALS, F64, REALS, F64, REALS),
     "budget.record": (IDS, IDS, IDS, IDS, REALS, I64, IDS, REALS, REALS, REALS),
     "budget.off_the_chain": (IDS, REALS, I64),
-    "kernels.additive_mask": (FLAGS, _array(B, 2), F64, LOGITS),
-    "kernels.hide_at": (LOGITS, IDS, _array(types.float32), F64),
-    "kernels.put_back": (LOGITS, IDS, _array(types.float32)),
+    "kernels.additive_mask": (FLAGS, _array(B, 2), _array(types.int16), _array(types.int16, 2)),
+    "kernels.top_k_rows": (_array(types.float32, 3), I64),
 }
 SECONDS_PER_KERNEL = 0.4  # a cold compile, one core (29 kernels took ~11 s on AVX-512, 15-20 s on AVX2)
 _done = False  # whether this process has warmed its kernels (numba keeps them per process)

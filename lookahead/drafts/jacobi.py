@@ -29,48 +29,21 @@ from lookahead.drafts.source import Bin
 _NONE = np.zeros((0, 0), dtype=np.int64)
 
 
-def deepest_branch(tree, node: int) -> list[int]:
-    """The nodes of the deepest branch below ``node`` of ``tree`` (a
-    ``lookahead.verify.tree.GuessTree``), top down, the first child's on a tie; empty when
-    ``node`` is a leaf."""
-    height: dict[int, int] = {}
-    below: dict[int, int] = {}  # each node's child on its deepest branch
-    parents = tree.parents.tolist()
-    for child in range(len(parents), 0, -1):  # children come after their parents
-        parent, h = parents[child - 1], height.get(child, 0) + 1
-        if h > height.get(parent, 0) or (h == height.get(parent, 0) and child < below[parent]):
-            height[parent], below[parent] = h, child
-    branch = []
-    while node in below:
-        node = below[node]
-        branch.append(node)
-    return branch
-
-
-def children(tree, node: int) -> tuple[np.ndarray, np.ndarray]:
-    """``node``'s children and their tokens (int64 ``[c]`` each), in the tree's order."""
-    drafts = np.flatnonzero(tree.parents == node)
-    return drafts + 1, tree.tokens[drafts]
-
-
-def free_iterations(tree, node: int, picks, depth: int, rank=None, most: int = 1) -> np.ndarray:
+def free_iterations(tree, node: int, picks, depth: int, scores=None, most: int = 1) -> np.ndarray:
     """The guesses of the (at most ``depth``) tokens after the one emitted at ``node``, one per
-    branch below it: ``picks(branch)``, the tokens picked at the branch's nodes, the k-th read
-    as the k-th token after ``node``'s. Int64 ``[r, <= depth]``, -1 padded (``[0, 0]`` for a
-    leaf). Where ``rank(node, tokens)`` orders ``node``'s children's tokens (likeliest first),
-    up to ``most`` branches start at the first children it names, each the deepest below its
-    child; without it one branch, the deepest below ``node``."""
-    kids, tokens = children(tree, node)
-    if rank is not None and kids.shape[0] > 1:
-        firsts = [int(kids[i]) for i in rank(node, tokens)[:most]]
-        branches = [([first] + deepest_branch(tree, first))[:depth] for first in firsts]
-    else:
-        branches = [deepest_branch(tree, node)[:depth]]
-    branches = [branch for branch in branches if branch]
-    if not branches:
+    branch below it (``GuessTree.branches``: with ``scores``, the step's at ``node``, up to
+    ``most`` that start at its likeliest children; else the deepest): the tokens picked at
+    the branch's nodes, the k-th read as the k-th token after ``node``'s. ``picks``: the
+    step's pick at every node (int64 ``[q]``: greedy's argmaxes), or ``picks(nodes)`` for a
+    branch's nodes (a list). Int64 ``[r, <= depth]``, -1 padded (``[0, 0]`` for a leaf)."""
+    nodes = tree.branches(node, depth, scores, most)
+    if not nodes.size:
         return _NONE
-    out = np.full((len(branches), max(len(b) for b in branches)), -1, dtype=np.int64)
-    for row, branch in zip(out, branches):
+    if isinstance(picks, np.ndarray):
+        return np.where(nodes >= 0, picks[nodes], -1)
+    out = np.full(nodes.shape, -1, dtype=np.int64)
+    for row, branch in zip(out, nodes.tolist()):
+        branch = [v for v in branch if v >= 0]
         row[: len(branch)] = picks(branch)
     return out
 
@@ -106,7 +79,9 @@ class WindowSource:
 
     def learn(self, outcome) -> None:
         text, accepted = outcome.text, outcome.accepted
-        guesses = free_iterations(outcome.tree, outcome.path[-1], outcome.picks, self.depth, outcome.rank, self.most)
+        node = outcome.path[-1]
+        scores = outcome.scores_at(node) if outcome.scores_at is not None else None
+        guesses = free_iterations(outcome.tree, node, outcome.picks, self.depth, scores, self.most)
         if not guesses.size:
             self.rows = moved_on(self.rows, accepted)
             return

@@ -46,11 +46,11 @@ class Outcome(NamedTuple):
         tree: the step's guess tree (``lookahead.verify.tree.GuessTree``; None where the
             step's tree is not at hand, as inside vLLM).
         path: the tree's nodes the walk accepted, root first.
-        picks: ``picks(nodes)``, the tokens the rule would emit at a branch of the tree read
-            as the tokens after the new root (greedy: the argmaxes; sampled: the races with
-            those positions' known noise).
-        rank: ``rank(node, tokens)``, the indices of ``node``'s children's ``tokens``,
-            likeliest first by the step's scores; None where the scores are not at hand.
+        picks: the tokens the rule would emit at a branch of the tree read as the tokens
+            after the new root: greedy, the step's argmaxes (int64 ``[q]``, by node); sampled,
+            ``picks(nodes)``, the races with those positions' known noise.
+        scores_at: ``scores_at(node)``, the step's scores at ``node`` (float32 ``[V]``), by
+            which its children rank; None where the scores are not at hand.
         fed: the tokens the step fed (int64 ``[q]``), and ``top``/``scores`` the k likeliest
             next tokens the model predicted after each (int64 / float32 ``[q, k]``, best
             first), where the step fetched them (``Source.top_k``); else None.
@@ -61,7 +61,7 @@ class Outcome(NamedTuple):
     tree: object = None
     path: list[int] | None = None
     picks: object = None
-    rank: object = None
+    scores_at: object = None
     fed: np.ndarray | None = None
     top: np.ndarray | None = None
     scores: np.ndarray | None = None

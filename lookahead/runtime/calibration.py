@@ -26,6 +26,7 @@ import os
 import statistics
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -56,7 +57,20 @@ def default_cache_dir() -> Path:
 
 def curve_key(model, rows: int = 1) -> str:
     """What the curve depends on: the architecture's shape, dtype, device, threads, torch,
-    and the batch size ``rows``."""
+    and the batch size ``rows``. Kept per model object and those cheap facts, since reading
+    the config's shape costs a copy of it (a millisecond) on every call."""
+    device = next(model.parameters()).device
+    facts = (rows, model.dtype, device, torch.get_num_threads(), getattr(model.config, "_attn_implementation", None))
+    known = _KEYS.setdefault(model, {})
+    if facts not in known:
+        known[facts] = _curve_key(model, rows)
+    return known[facts]
+
+
+_KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _curve_key(model, rows: int) -> str:
     config = model.config.to_dict()
     shape = {
         k: config.get(k)

@@ -24,9 +24,18 @@ def without_cudnn(model, allow: bool = False):
     """A context manager under which sdpa does not pick cuDNN's attention, for a ``model``
     with parameters on CUDA unless ``allow``; a null context otherwise (the CPU has no cuDNN
     attention, and a flag left alone is the user's)."""
-    if allow or not any(p.device.type == "cuda" for p in model.parameters()):
+    if allow or not _on_cuda(model):
         return contextlib.nullcontext()
     return cudnn_attention_off()
+
+
+def _on_cuda(model) -> bool:
+    """Whether any of ``model``'s parameters is on CUDA: its first one's device, or one of a
+    device map's (asked every call, so without a walk over every parameter)."""
+    placed = getattr(model, "hf_device_map", None) or {}
+    devices = [torch.device(d if not isinstance(d, int) else f"cuda:{d}") for d in placed.values() if d != "disk"]
+    first = next(model.parameters(), None)
+    return any(d.type == "cuda" for d in devices) or (first is not None and first.device.type == "cuda")
 
 
 @contextlib.contextmanager

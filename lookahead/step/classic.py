@@ -167,7 +167,7 @@ class ClassicProposer(Proposer):
             return
         first = 1 if window.levels == 1 else 1 + plan.tree.size + (window.levels - 2) * window.width
         before = np.concatenate([[root], window.chain[:-1]])
-        ngrams = window.advance(preds[first : first + window.width].numpy(), accepted)
+        ngrams = window.advance(preds[first : first + window.width], accepted)
         if self.config.uses_pool:
             self.kept.pool.insert(ngrams, before)
 

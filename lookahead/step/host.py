@@ -44,6 +44,24 @@ def views(*arrays: np.ndarray) -> list[torch.Tensor]:
     return [torch.from_numpy(a) for a in arrays]
 
 
+def blocked_words(dtype: torch.dtype) -> np.ndarray:
+    """The int16 words of ``dtype``'s most negative value, what a host-made mask blocks with
+    (``kernels.additive_mask``): one for a half dtype, two for float32."""
+    return torch.tensor([torch.finfo(dtype).min], dtype=dtype).view(torch.int16).numpy().copy()
+
+
+def mask_words(past_visible: np.ndarray, allowed: np.ndarray, blocked: np.ndarray) -> np.ndarray:
+    """A step's additive mask made on the host in one kernel call, as int16 words
+    ``[1, 1, q, (p + q) * w]`` that a torch view as the model's dtype reads as ``[1, 1, q,
+    p + q]``: 0 where a query may attend (a kept past entry, ``past_visible`` bool ``[p]``, or
+    a step token it is ``allowed`` to see, bool ``[q, q]``), the dtype's minimum elsewhere
+    (``blocked``: its :func:`blocked_words`, w of them)."""
+    p, q = past_visible.shape[0], allowed.shape[0]
+    words = np.empty((1, 1, q, (p + q) * blocked.shape[0]), dtype=np.int16)
+    kernels.additive_mask(past_visible, allowed, blocked, words[0, 0])
+    return words
+
+
 def widen(logits: torch.Tensor) -> torch.Tensor:
     """A step's logits as the host reads them: on the CPU, half-precision rows widened to
     float32 once (which holds every half value exactly), so the fetch, the walk's rules and
@@ -54,22 +72,21 @@ def widen(logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def fetch(logits: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``(argmax, top-k, their logits)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host (CPU)
-    tensors: argmax long ``[...]`` (the first maximum, as ``generate``'s argmax takes it; the
-    first NaN where a row has one) and, for ``k > 0``, the k best ids long ``[..., k]``, best
-    first, and their logits float32 ``[..., k]`` (both None for ``k = 0``). On a device: one
-    transfer (two where the top logit ties) and one top-k pass over the vocabulary. On the
-    CPU numpy reads the logits in place (its argmax is a vector loop, several times faster
-    there than torch's argmax or top-k over one step's rows), and each rank's hiding saves
-    that rank's logits."""
+def fetch(logits: torch.Tensor, k: int = 0) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """``(argmax, top-k, their logits)`` of ``logits`` (``[..., V]``, ``V >= 2``) as host
+    numpy arrays: argmax int64 ``[...]`` (the first maximum, as ``generate``'s argmax takes it;
+    the first NaN where a row has one) and, for ``k > 0``, the k best ids (int64 ``[..., k]``,
+    best first) and their logits (float32 ``[..., k]``) (both None for ``k = 0``). Numpy,
+    not torch: the walk and the sources read them a few values at a time, and after a
+    forward each torch op costs more than the reads. On a device: one transfer (two where the top logit ties)
+    and one top-k pass over the vocabulary. On the CPU a kernel reads the logits in place."""
     return _fetch_host(logits, k) if logits.device.type == "cpu" else _fetch_device(logits, k)
 
 
 def _fetch_device(logits: torch.Tensor, k: int):
     """``fetch`` for logits on an accelerator: the work there, one copy back."""
     if not k:
-        return logits.argmax(-1).cpu(), None, None
+        return logits.argmax(-1).cpu().numpy(), None, None
     # the top-k's first is the argmax unless the best two tie (or are NaN): then argmax's
     # first maximum may be another id, read in a second transfer (rare: exact ties)
     values, top = logits.topk(max(k, 2), dim=-1)
@@ -79,34 +96,27 @@ def _fetch_device(logits: torch.Tensor, k: int):
     host = torch.cat([top[..., :k], bits, tied[..., None]], dim=-1).cpu()
     preds = host[..., 0] if not host[..., -1].any() else logits.argmax(-1).cpu()
     scores = host[..., k : 2 * k].int().contiguous().view(torch.float32)
-    return preds, host[..., :k].contiguous(), scores
+    return preds.numpy(), host[..., :k].numpy().copy(), scores.numpy()
 
 
 def _fetch_host(logits: torch.Tensor, k: int):
-    """``fetch`` for CPU logits: k argmax passes over the rows, each after hiding the ids
-    already taken (written over in place by one kernel call and put back: a copy of the rows
-    costs more). Right after a forward every distinct operation runs from cold caches, so
-    this one takes as few as it can: no torch op but the two wrapping ones."""
-    rows = logits.detach().reshape(-1, logits.shape[-1])
+    """``fetch`` for CPU logits: numpy's argmax over the rows, or for ``k > 0`` one kernel call
+    (``kernels.top_k_rows``) that makes the argmax and the top-k together. Right after a
+    forward every distinct operation runs from cold caches, so this one takes as few as it
+    can: a step's ``[B, q, V]`` logits go through without a reshape."""
+    rows = logits.detach() if logits.requires_grad else logits
     if rows.dtype != torch.float32:
         rows = rows.float()  # numpy has no bfloat16; float32 holds every half value exactly
     values = rows.numpy()
-    preds = values.argmax(-1)  # numpy's first maximum, or first NaN: torch.argmax's choice
     if not k:
-        return torch.from_numpy(preds.reshape(tuple(logits.shape[:-1]))), None, None
-    ranked = np.empty((k, values.shape[0]), dtype=np.int64)  # rank-major: each rank's ids contiguous
-    ranked[0] = preds
-    hidden = np.empty((k, values.shape[0]), dtype=values.dtype)  # what each rank's hiding saved: its logits
-    for i in range(1, k + 1):
-        kernels.hide_at(values, ranked[i - 1], hidden[i - 1], -np.inf)
-        if i < k:
-            ranked[i] = values.argmax(-1)
-    for i in reversed(range(k)):
-        kernels.put_back(values, ranked[i], hidden[i])
-    shape = tuple(logits.shape[:-1])  # the rows' own shape: [q] from a step's [q, V] as it is
-    top = np.ascontiguousarray(ranked.T).reshape(*shape, k)
-    scores = np.ascontiguousarray(hidden.T).reshape(*shape, k)
-    return torch.from_numpy(preds.reshape(shape)), torch.from_numpy(top), torch.from_numpy(scores)
+        return values.argmax(-1), None, None  # the first maximum or NaN, as torch's argmax
+    shape = values.shape[:-1]
+    if values.ndim != 3:
+        values = values.reshape(-1, 1, values.shape[-1])
+    preds, top, scores = kernels.top_k_rows(values, k)
+    if len(shape) != 2:
+        preds, top, scores = preds.reshape(shape), top.reshape(*shape, k), scores.reshape(*shape, k)
+    return preds, top, scores
 
 
 def wait(logits: torch.Tensor) -> torch.Tensor:

@@ -152,7 +152,7 @@ class Decoder:
                 paths.append([])
                 continue
             fed = len(plan.tokens)
-            recycled = (top[i, :fed].numpy(), scores[i, :fed].numpy()) if top is not None else (None, None)
+            recycled = (top[i, :fed], scores[i, :fed]) if top is not None else (None, None)
             learn = not row.forced  # a forced row feeds pads, not guesses
             paths.append(row.proposer.verify(row.seq, plan, logits[i, :fed], preds[i, :fed], *recycled, learn, laps))
         self.layout.commit(paths, [len(plan.tokens) for plan in plans])

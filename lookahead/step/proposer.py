@@ -157,14 +157,14 @@ class Proposer:
             laps.mark("learn")
         return path
 
-    def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: torch.Tensor) -> list[int]:
+    def accept(self, seq: TokenSequence, tree: GuessTree, logits: torch.Tensor, preds: np.ndarray) -> list[int]:
         """Walk the tree appending the model's own choices; return the nodes whose entries
         stay. Where every pick is the fetched argmax, the path is found in one kernel and then
         appended token by token until the sequence stops."""
         picks = preds.tolist()
         self.rule.start(logits, picks)
         if self.rule.picks_are_preds:
-            nodes, bare, path = tree.greedy_path(preds.numpy()), seq.bare, []
+            nodes, bare, path = tree.greedy_path(preds), seq.bare, []
             for node in nodes:
                 path.append(node)
                 if bare:  # a token is all the sequence needs: no Pick, no logits row
@@ -206,13 +206,7 @@ class Proposer:
         self.planner.learn(self._outcome(seq, plan, path, preds, logits, top, scores))
 
     def _outcome(self, seq: TokenSequence, plan: Plan, path: list[int], preds, logits, top, scores) -> Outcome:
-        rank = None if logits is None else lambda node, tokens: _likeliest_first(logits[node], tokens)
+        scores_at = None if logits is None else lambda node: logits[node].float().cpu().numpy()
         picks = self.rule.picker(preds, logits, lambda: seq.ids)
         fed = np.asarray(plan.tokens, dtype=np.int64) if top is not None else None
-        return Outcome(seq.array(), len(path), plan.tree, path, picks, rank, fed, top, scores)
-
-
-def _likeliest_first(scores: torch.Tensor, tokens: np.ndarray) -> list[int]:
-    """The indices of ``tokens`` (int64 ``[c]``) by their ``scores`` (a ``[V]`` row), highest
-    first (the first of a tie first)."""
-    return torch.argsort(scores[torch.from_numpy(tokens)], descending=True, stable=True).tolist()
+        return Outcome(seq.array(), len(path), plan.tree, path, picks, scores_at, fed, top, scores)

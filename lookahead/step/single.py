@@ -10,7 +10,7 @@ step's inputs, cheapest first:
 
 - a plain step (the root alone) over an unpadded cache with full attention passes no mask:
   the model's own causal mask is the same;
-- on the CPU in float32 with full attention, the ids, positions and mask are made on the
+- on the CPU with full attention, the ids, positions and mask are made on the
   host in one kernel and handed over as views (no torch op);
 - elsewhere they are uploaded together and the mask is built where the model runs
   (``mask.StepMask``), on a ``StaticCache`` padded to a bucket (``static.StaticSteps``).
@@ -23,21 +23,19 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from lookahead.stats import LookaheadStats
-from lookahead.step import kernels
 from lookahead.step.cache import check_cache, commit, held_from, prepare_cache
-from lookahead.step.host import timed, upload, views
+from lookahead.step.host import blocked_words, mask_words, timed, upload, views
 from lookahead.step.mask import StepMask, attention_groups
 from lookahead.step.proposer import Plan
 from lookahead.step.static import StaticSteps, bucket_for
 
-_BLOCKED = torch.finfo(torch.float32).min  # what a float32 StepMask blocks with
-
 
 def host_masks(full: bool, static: StaticSteps | None, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether a single row's steps are made whole on the host (ids, offsets and a float32
-    mask, handed over as views): on the CPU, in float32, with every layer attending the
-    whole past (``full``) on a DynamicCache. Elsewhere the mask is built where the model runs."""
-    return full and static is None and device.type == "cpu" and dtype == torch.float32
+    """Whether a single row's steps are made whole on the host (ids, offsets and the mask,
+    handed over as views): on the CPU, in a float dtype, with every layer attending the whole
+    past (``full``) on a DynamicCache. Elsewhere the mask is built where the model runs."""
+    floats = (torch.float32, torch.bfloat16, torch.float16)
+    return full and static is None and device.type == "cpu" and dtype in floats
 
 
 class OneRow:
@@ -94,6 +92,7 @@ class OneRow:
         full = list(windows) == [None] and windows[None] is None
         self._maskless_plain = bool(real.all()) and full and self.static is None
         self._host_masks = host_masks(full, self.static, real.device, model.dtype)
+        self._blocked = blocked_words(model.dtype) if self._host_masks else None
         self.mask = StepMask(windows, model.dtype, real.device)
         return logits[:, -1], real.cpu().numpy()[None]
 
@@ -117,9 +116,9 @@ class OneRow:
         if self._host_masks:
             # shaped as the model takes them on the host: numpy's views cost less than torch's
             offsets, allowed = plan.layout
-            mask = np.empty((1, 1, allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
-            kernels.additive_mask(self._visible_host[:past_len], allowed, _BLOCKED, mask[0, 0])
-            ids, positions, mask = views(host[None], (offsets + self.position)[None], mask)
+            words = mask_words(self._visible_host[:past_len], allowed, self._blocked)
+            ids, positions, words = views(host[None], (offsets + self.position)[None], words)
+            mask = words.view(self.model.dtype)
             return self._forward(input_ids=ids, attention_mask=mask, position_ids=positions)
         sizes = {
             name: (0 if self.static is not None else held_from(self.cache.layers[i], past_len), past_len)

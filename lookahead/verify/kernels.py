@@ -91,3 +91,51 @@ def greedy_path(tokens, parents, preds, out):
         if child < 0:
             return n
         node = child
+
+
+@njit(cache=True)
+def branches(parents, tokens, node, scores, most, depth):
+    """The branches below ``node`` of a guess trie (see :func:`merge_trie`), as node indices
+    (int64 ``[r, w]``, w <= ``depth`` the longest, -1 padded; ``[0, 0]`` for a leaf). Where
+    ``scores`` (float ``[V]``, the step's at ``node``; empty: none) ranks ``node``'s children
+    (the likeliest token first, the tree's order among equals) and it has several, up to
+    ``most`` branches start at its first children, each the deepest below its child; else
+    one branch, the deepest below ``node``. The deepest below a node follows, at each node,
+    the child with the highest subtree, the first child on a tie."""
+    t = parents.shape[0]
+    height = np.zeros(t + 1, dtype=np.int64)
+    below = np.full(t + 1, -1, dtype=np.int64)  # each node's child on its deepest branch
+    for child in range(t, 0, -1):  # children come after their parents
+        parent, h = parents[child - 1], height[child] + 1
+        if h > height[parent] or (h == height[parent] and child < below[parent]):
+            height[parent], below[parent] = h, child
+    kids = np.empty(t, dtype=np.int64)
+    n = 0
+    for child in range(1, t + 1):
+        if parents[child - 1] == node:
+            kids[n] = child
+            n += 1
+    if n == 0:
+        return np.full((0, 0), -1, dtype=np.int64)
+    if scores.shape[0] == 0 or n == 1:
+        kids[0], n = below[node], 1
+    else:
+        for i in range(1, n):  # insertion sort, stable: by the token's score, highest first
+            kid, at = kids[i], i
+            while at > 0 and scores[tokens[kids[at - 1] - 1]] < scores[tokens[kid - 1]]:
+                kids[at] = kids[at - 1]
+                at -= 1
+            kids[at] = kid
+        n = min(n, most)
+    width = 0
+    for i in range(n):
+        width = max(width, min(height[kids[i]] + 1, depth))
+    out = np.full((n, width), -1, dtype=np.int64)
+    for i in range(n):
+        v = kids[i]
+        for j in range(width):
+            if v < 0:
+                break
+            out[i, j] = v
+            v = below[v]
+    return out

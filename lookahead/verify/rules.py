@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from lookahead.sampling.noise import NoiseStream
@@ -47,10 +48,11 @@ class Rule(Protocol):
     def noise_ahead(self, n: int) -> torch.Tensor | None:
         """The known noise of the next ``n`` emitted tokens (None: greedy, or none known)."""
 
-    def picker(self, preds: torch.Tensor, logits: torch.Tensor | None, sequence_fn) -> Callable[[list[int]], list[int]]:
-        """``picks(nodes)``: the tokens this rule would emit at a branch of the step's tree
-        read as the tokens after the step's new root (the free Jacobi iteration); ``preds``
-        are the step's host argmaxes ``[q]``, ``sequence_fn()`` the sequence."""
+    def picker(self, preds: np.ndarray, logits: torch.Tensor | None, sequence_fn) -> np.ndarray | Callable:
+        """The tokens this rule would emit at a branch of the step's tree read as the tokens
+        after the step's new root (the free Jacobi iteration): an int64 array ``[q]`` by node
+        where they are the step's host argmaxes ``preds`` ``[q]``, else ``picks(nodes)`` for a
+        branch's nodes; ``sequence_fn()`` is the sequence."""
 
     def release(self) -> None:
         """This rule emits no more tokens."""
@@ -98,9 +100,9 @@ class GreedyRule(Processes):
     def noise_ahead(self, n: int) -> None:
         return None
 
-    def picker(self, preds: torch.Tensor, logits: torch.Tensor | None, sequence_fn) -> Callable[[list[int]], list[int]]:
+    def picker(self, preds: np.ndarray, logits: torch.Tensor | None, sequence_fn) -> np.ndarray:
         """The fetched argmaxes (processors are not re-run for a guess: it is verified)."""
-        return lambda nodes: [int(preds[v]) for v in nodes]
+        return preds
 
     def release(self) -> None:
         """Nothing to free: greedy keeps no per-row state."""

@@ -4,7 +4,7 @@ or by the race with each position's known noise, and the noise peeked without re
 import numpy as np
 import torch
 
-from lookahead.drafts.jacobi import children, deepest_branch, free_iterations
+from lookahead.drafts.jacobi import free_iterations
 from lookahead.sampling.noise import NoiseStream
 from lookahead.sampling.rule import SamplingRule
 from lookahead.verify.tree import GuessTree
@@ -22,39 +22,42 @@ def test_the_deepest_branch_below_a_node():
     seven = kids[(0, 7)]
     eight, five = kids[(seven, 8)], kids[(seven, 5)]
     nine = kids[(eight, 9)]
-    assert deepest_branch(tree, 0) == [seven, eight, nine]  # deeper than the chain 1 -> 2
-    assert deepest_branch(tree, 1) == [2]
-    assert deepest_branch(tree, seven) == [eight, nine]  # 8's branch is deeper than 5's
-    assert deepest_branch(tree, nine) == [] and deepest_branch(tree, five) == []
+    assert tree.branches(0, 4).tolist() == [[seven, eight, nine]]  # deeper than the chain 1 -> 2
+    assert tree.branches(1, 4).tolist() == [[2]]
+    assert tree.branches(seven, 4).tolist() == [[eight, nine]]  # 8's branch is deeper than 5's
+    assert tree.branches(nine, 4).shape == tree.branches(five, 4).shape == (0, 0)
+    assert tree.branches(0, 2).tolist() == [[seven, eight]]
     picks = free_iterations(tree, seven, lambda nodes: [100 * v + k for k, v in enumerate(nodes)], depth=4)
     assert picks.tolist() == [[100 * eight, 100 * nine + 1]]
     assert free_iterations(tree, 0, lambda nodes: list(range(len(nodes))), depth=2).tolist() == [[0, 1]]
     assert free_iterations(tree, nine, lambda nodes: list(nodes), depth=2).shape == (0, 0)  # a leaf
+    by_node = np.arange(100, 100 + 1 + tree.size)  # greedy's picks: an array by node
+    assert free_iterations(tree, 0, by_node, depth=4).tolist() == [[100 + seven, 100 + eight, 100 + nine]]
 
 
 def test_ranked_iterations_read_after_the_likeliest_children():
-    """Where the caller ranks a node's children (by the model's scores there), up to ``most``
-    branches start at the children it names first, the chain's child included, each the
-    deepest below its child; rows shorter than the longest end in -1."""
+    """Where the step's scores at a node rank its children, up to ``most`` branches start at
+    the likeliest (the tree's order among equal scores), the chain's child included, each
+    the deepest below its child; rows shorter than the longest end in -1. Picks given by
+    node (greedy) and by a branch (sampled) read alike."""
     tree = _tree()
     kids = tree.children()
     seven = kids[(0, 7)]
     eight, five = kids[(seven, 8)], kids[(seven, 5)]
     nine = kids[(eight, 9)]
-    got, tokens = children(tree, 0)
-    assert got.tolist() == [1, seven] and tokens.tolist() == [3, 7]
-    got, tokens = children(tree, seven)
-    assert sorted(zip(got.tolist(), tokens.tolist())) == sorted([(eight, 8), (five, 5)])
-    assert children(tree, nine)[0].size == 0
     same = lambda nodes: list(nodes)  # noqa: E731
-    scores = {3: 1.0, 4: 0.0, 7: 2.0, 8: 0.0, 5: 3.0, 9: 0.0}
-    rank = lambda node, toks: sorted(range(len(toks)), key=lambda i: -scores[int(toks[i])])  # noqa: E731
-    assert free_iterations(tree, 0, same, 4, rank).tolist() == [[seven, eight, nine]]
-    assert free_iterations(tree, 0, same, 4, rank, most=2).tolist() == [[seven, eight, nine], [1, 2, -1]]
-    assert free_iterations(tree, seven, same, 4, rank, most=4).tolist() == [[five, -1], [eight, nine]]
+    by_node = np.arange(1 + tree.size)
+    scores = np.zeros(10, dtype=np.float32)
+    scores[[3, 7, 5]] = [1.0, 2.0, 3.0]
+    for picks in (same, by_node):
+        assert free_iterations(tree, 0, picks, 4, scores).tolist() == [[seven, eight, nine]]
+        assert free_iterations(tree, 0, picks, 4, scores, most=2).tolist() == [[seven, eight, nine], [1, 2, -1]]
+        assert free_iterations(tree, seven, picks, 4, scores, most=4).tolist() == [[five, -1], [eight, nine]]
     scores[3] = 5.0
-    assert free_iterations(tree, 0, same, 2, rank, most=2).tolist() == [[1, 2], [seven, eight]]
-    assert free_iterations(tree, 1, same, 4, rank, most=2).tolist() == [[2]]  # one child: no rank
+    assert free_iterations(tree, 0, same, 2, scores, most=2).tolist() == [[1, 2], [seven, eight]]
+    assert free_iterations(tree, 1, same, 4, scores, most=2).tolist() == [[2]]  # one child: no rank
+    scores[3] = scores[7]  # a tie keeps the tree's order: the chain's child first
+    assert free_iterations(tree, 0, same, 1, scores, most=2).tolist() == [[1], [seven]]
 
 
 def test_peeked_noise_is_the_noise_later_read_and_leaves_the_generator_alone():
@@ -107,8 +110,8 @@ def test_a_full_free_iteration_is_filed_under_its_root_alone(monkeypatch):
     grams, filed = [], []
     real = jacobi.free_iterations
 
-    def spy(tree, node, picks, depth, rank=None, most=1):
-        guesses = real(tree, node, picks, depth, rank, most)
+    def spy(tree, node, picks, depth, scores=None, most=1):
+        guesses = real(tree, node, picks, depth, scores, most)
         if guesses.size and guesses.shape[1] == depth and guesses[0, -1] >= 0:
             grams.append(guesses[0].tolist())
         return guesses

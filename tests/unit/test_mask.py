@@ -19,8 +19,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.step import kernels
 from lookahead.step.classic import classic_layout
+from lookahead.step.host import blocked_words, mask_words
 from lookahead.step.mask import StepMask, batch_masks, stack_steps
 from lookahead.verify.tree import GuessTree
 
@@ -47,19 +47,20 @@ def test_step_mask_equals_the_reference(case):
     assert offsets.tolist()[1 + tree.size :] == upper
 
 
-@given(mask_cases())
-def test_the_host_made_mask_equals_the_step_mask(case):
-    """A CPU step's mask made on the host in one kernel (``kernels.additive_mask`` over the
-    step's layout) is ``StepMask.build``'s, value for value, where every layer attends the
-    whole past (the only case the decoder makes it on the host)."""
+@given(mask_cases(), st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+def test_the_host_made_mask_equals_the_step_mask(case, dtype):
+    """A CPU step's mask made on the host in one kernel (``host.mask_words`` over the step's
+    layout, written as the dtype's bits) is ``StepMask.build``'s, value for value and dtype
+    for dtype, where every layer attends the whole past (the only case the decoder makes it
+    on the host)."""
     levels, width, tree, _, past_len, _, past_visible = case
-    step = StepMask({None: None}, torch.float32, "cpu")
+    step = StepMask({None: None}, dtype, "cpu")
     layout = case_layout(levels, width, tree)
     offsets, expected = step.build(layout, {None: (0, past_len)}, torch.tensor(past_visible, dtype=torch.bool))
     host_offsets, allowed = layout
-    mask = np.empty((allowed.shape[0], past_len + allowed.shape[0]), dtype=np.float32)
-    kernels.additive_mask(np.asarray(past_visible, dtype=bool), allowed, float(np.finfo(np.float32).min), mask)
-    assert torch.equal(torch.from_numpy(mask)[None, None], expected)
+    words = mask_words(np.asarray(past_visible, dtype=bool), allowed, blocked_words(dtype))
+    mask = torch.from_numpy(words).view(dtype)
+    assert mask.dtype == expected.dtype and torch.equal(mask, expected)
     assert host_offsets.tolist() == offsets.tolist()
 
 

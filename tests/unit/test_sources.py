@@ -15,14 +15,14 @@ from transformers import (
 import lookahead
 from lookahead.drafts.budget import DraftBudget
 from lookahead.drafts.copy_drafter import CopyDrafter
-from lookahead.drafts.jacobi import WindowSource, deepest_branch, moved_on
+from lookahead.drafts.jacobi import WindowSource, moved_on
 from lookahead.drafts.planner import sources_for
 from lookahead.drafts.pool import NgramPool, PoolSource
 from lookahead.drafts.source import Bin, Context, Outcome
 from lookahead.drafts.successors import SuccessorSource, SuccessorTable
 from lookahead.sampling.guess import NoiseRace
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.proposer import Proposer, _likeliest_first
+from lookahead.step.proposer import Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify.rules import GreedyRule
 from lookahead.verify.tree import GuessTree
@@ -46,16 +46,17 @@ def text(*tokens):
 def test_the_deepest_branch_of_a_tie_is_the_first_child_s():
     guesses = tree([[7, 8], [6, 5]])
     kids = guesses.children()
-    assert deepest_branch(guesses, 0) == [kids[(0, 7)], kids[(kids[(0, 7)], 8)]]
+    assert guesses.branches(0, 4).tolist() == [[kids[(0, 7)], kids[(kids[(0, 7)], 8)]]]
     swapped = tree([[6, 5], [7, 8]])
     kids = swapped.children()
-    assert deepest_branch(swapped, 0) == [kids[(0, 6)], kids[(kids[(0, 6)], 5)]]
+    assert swapped.branches(0, 4).tolist() == [[kids[(0, 6)], kids[(kids[(0, 6)], 5)]]]
 
 
 def test_children_are_ranked_likeliest_first_the_first_of_a_tie_first():
-    scores = torch.tensor([0.0, 2.0, 1.0, 2.0, 1.0])
-    assert _likeliest_first(scores, text(2, 1, 3, 4)) == [1, 2, 0, 3]
-    assert _likeliest_first(scores, text(4, 2)) == [0, 1]
+    guesses = tree([[2], [1], [3], [4]])  # the root's children, tokens 2, 1, 3, 4 in tree order
+    scores = np.array([0.0, 2.0, 1.0, 2.0, 1.0], dtype=np.float32)
+    firsts = guesses.branches(0, 1, scores, most=4)[:, 0]
+    assert guesses.tokens[firsts - 1].tolist() == [1, 3, 2, 4]
 
 
 def test_the_window_keeps_a_row_per_fed_sibling_likeliest_first_up_to_its_most():
@@ -66,8 +67,9 @@ def test_the_window_keeps_a_row_per_fed_sibling_likeliest_first_up_to_its_most()
     kids = guesses.children()
     seven, six, four = kids[(0, 7)], kids[(0, 6)], kids[(0, 4)]
     picks = lambda nodes: [100 + v for v in nodes]  # noqa: E731
-    ranks = {7: 1.0, 6: 3.0, 4: 2.0}
-    rank = lambda node, tokens: sorted(range(len(tokens)), key=lambda i: -ranks[int(tokens[i])])  # noqa: E731
+    scores = np.zeros(10, dtype=np.float32)
+    scores[[7, 6, 4]] = [1.0, 3.0, 2.0]
+    rank = lambda node: scores  # noqa: E731
     source = WindowSource(depth=2, most=2)
     source.learn(Outcome(text(1, 2, 3), 1, guesses, [0], picks, rank))
     eight = kids[(seven, 8)]
@@ -109,7 +111,7 @@ def test_a_full_first_row_is_filed_under_the_root_alone():
             filed.append((np.asarray(ngrams).tolist(), before))
 
     guesses = tree([[7, 8], [6, -1]])
-    rank = lambda node, tokens: list(range(len(tokens)))  # noqa: E731
+    rank = lambda node: np.zeros(10, dtype=np.float32)  # noqa: E731  (a tie: the tree's order)
     source = WindowSource(depth=2, most=2, pool=Pool())
     source.learn(Outcome(text(1, 2, 3), 1, guesses, [0], lambda nodes: [50 + v for v in nodes], rank))
     kids = guesses.children()
@@ -204,7 +206,7 @@ def test_an_added_source_is_priced_fed_and_taught_like_any_other():
     logits = torch.zeros(4, 32)
     for node, token in enumerate([21, 22, 23, 24]):
         logits[node, token] = 1.0
-    assert proposer.verify(seq, plan, logits, logits.argmax(-1)) == [0, 1, 2, 3]
+    assert proposer.verify(seq, plan, logits, logits.argmax(-1).numpy()) == [0, 1, 2, 3]
     assert seq.tokens[3:] == [21, 22, 23, 24] and echo.learnt == [4]
 
 
