@@ -68,7 +68,7 @@ SIGNATURES = {
     "sort_kernels.cut_values": (LOGITS, IDS, _array(types.float32)),
     "kernels.step_layout": (IDS, _array(B, 2)),
     "kernels.greedy_path": (IDS, IDS, IDS, IDS),
-    "kernels.branches": (IDS, IDS, I64, _array(types.float32), I64, I64),
+    "kernels.branches": (IDS, IDS, I64, _array(types.float32), I64, I64, IDS),
     "suffix_kernels._partition": (IDS32, I64, B, IDS, IDS, I64, I64, I64),
     "suffix_kernels.grow_tree": (IDS32, I64, B, IDS, I64, I64, F64, IDS, IDS, REALS),
     "suffix_kernels.match_lengths": (IDS32, I64, IDS),

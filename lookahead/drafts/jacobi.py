@@ -36,11 +36,12 @@ def free_iterations(tree, node: int, picks, depth: int, scores=None, most: int =
     the branch's nodes, the k-th read as the k-th token after ``node``'s. ``picks``: the
     step's pick at every node (int64 ``[q]``: greedy's argmaxes), or ``picks(nodes)`` for a
     branch's nodes (a list). Int64 ``[r, <= depth]``, -1 padded (``[0, 0]`` for a leaf)."""
+    if isinstance(picks, np.ndarray):
+        out = tree.branches(node, depth, scores, most, picks)
+        return out if out.size else _NONE
     nodes = tree.branches(node, depth, scores, most)
     if not nodes.size:
         return _NONE
-    if isinstance(picks, np.ndarray):
-        return np.where(nodes >= 0, picks[nodes], -1)
     out = np.full(nodes.shape, -1, dtype=np.int64)
     for row, branch in zip(out, nodes.tolist()):
         branch = [v for v in branch if v >= 0]

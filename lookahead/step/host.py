@@ -62,14 +62,13 @@ def mask_words(past_visible: np.ndarray, allowed: np.ndarray, blocked: np.ndarra
     return words
 
 
-def widen(logits: torch.Tensor) -> torch.Tensor:
-    """A step's logits as the host reads them: on the CPU, half-precision rows widened to
-    float32 once (which holds every half value exactly), so the fetch, the walk's rules and
-    the guesses' race read one copy as views instead of converting rows each; elsewhere, and
-    float32 rows, as they are."""
-    if logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float16):
-        return logits.float()
-    return logits
+def needs_widening(logits: torch.Tensor) -> bool:
+    """Whether a decode's logits (like these) are read as float32 copies: on the CPU, half-
+    precision rows widened once (float32 holds every half value exactly), so the fetch, the
+    walk's rules and the guesses' race read one copy as views instead of converting rows
+    each; elsewhere, and float32 rows, they are read as they are. Asked once per decode:
+    after a forward even a dtype check costs."""
+    return logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float16)
 
 
 def fetch(logits: torch.Tensor, k: int = 0) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:

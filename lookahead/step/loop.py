@@ -28,7 +28,7 @@ from lookahead.stats import Laps, LookaheadStats
 from lookahead.step.batch import Holes
 from lookahead.step.classic import ClassicProposer
 from lookahead.step.costmodel import CostCurve
-from lookahead.step.host import fetch, widen
+from lookahead.step.host import fetch, needs_widening
 from lookahead.step.proposer import Proposer, plain_plan
 from lookahead.step.rows import ForcedPad, Row, RowView
 from lookahead.step.sequence import TokenSequence, fast_check
@@ -102,6 +102,7 @@ class Decoder:
             self.rows.append(self._start_row(input_ids, r, last[r : r + 1], real[r]))
             self._check_stop(self.rows[-1])
         self.top_k = self.rows[0].proposer.top_k
+        self.widen = needs_widening(last)
         self.live = list(self.rows)
         self._retire()
         laps.mark("prefill")
@@ -141,7 +142,8 @@ class Decoder:
         plans = [row.refill(plan, width) if id(row) in live else plan for row, plan in zip(rows, plans)]
         laps.mark("plan")
         forwarded = stats.forward_s
-        logits = widen(self.layout.forward(rows, plans, width, len(self.live)))
+        logits = self.layout.forward(rows, plans, width, len(self.live))
+        logits = logits.float() if self.widen else logits
         laps.mark("inputs")
         laps.move(stats.forward_s - forwarded, "inputs", "forward")
         preds, top, scores = fetch(logits, self.top_k)  # one read for every row

@@ -206,7 +206,13 @@ class Proposer:
         self.planner.learn(self._outcome(seq, plan, path, preds, logits, top, scores))
 
     def _outcome(self, seq: TokenSequence, plan: Plan, path: list[int], preds, logits, top, scores) -> Outcome:
-        scores_at = None if logits is None else lambda node: logits[node].float().cpu().numpy()
+        scores_at = None if logits is None else lambda node: _host_row(logits[node])
         picks = self.rule.picker(preds, logits, lambda: seq.ids)
         fed = np.asarray(plan.tokens, dtype=np.int64) if top is not None else None
         return Outcome(seq.array(), len(path), plan.tree, path, picks, scores_at, fed, top, scores)
+
+
+def _host_row(row: torch.Tensor) -> np.ndarray:
+    """A logits row as a float32 numpy array: a view of a float32 row on the CPU (no copy, one
+    op fewer after a forward), else a converted copy."""
+    return row.numpy() if row.dtype == torch.float32 and row.device.type == "cpu" else row.float().cpu().numpy()

@@ -52,6 +52,7 @@ class TokenSequence:
         self._buffer = np.empty(size, dtype=np.int64)
         self._buffer[: len(self.tokens)] = self.tokens
         self._filled = len(self.tokens)
+        self._size = size  # the buffer's room, as an int: a step reads no tensor to append
         if self._shared:
             self._ids = torch.from_numpy(self._buffer)[None]
         else:
@@ -115,7 +116,7 @@ class TokenSequence:
 
     def _store(self, token: int) -> None:
         n = len(self.tokens)
-        if self._ids.shape[1] == n:
+        if self._size == n:
             self._grow(2 * n)
         if self._shared:
             self._buffer[n] = token
@@ -126,6 +127,7 @@ class TokenSequence:
 
     def _grow(self, size: int) -> None:
         n = len(self.tokens)
+        self._size = size
         if self._shared:
             self._buffer = _grown(self._buffer, size, n)
             self._ids = torch.from_numpy(self._buffer)[None]

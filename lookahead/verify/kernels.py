@@ -94,9 +94,10 @@ def greedy_path(tokens, parents, preds, out):
 
 
 @njit(cache=True)
-def branches(parents, tokens, node, scores, most, depth):
+def branches(parents, tokens, node, scores, most, depth, picks):
     """The branches below ``node`` of a guess trie (see :func:`merge_trie`), as node indices
-    (int64 ``[r, w]``, w <= ``depth`` the longest, -1 padded; ``[0, 0]`` for a leaf). Where
+    (int64 ``[r, w]``, w <= ``depth`` the longest, -1 padded; ``[0, 0]`` for a leaf), or,
+    where ``picks`` (int64 ``[1 + T]``, by node; empty: none) is given, as its entries. Where
     ``scores`` (float ``[V]``, the step's at ``node``; empty: none) ranks ``node``'s children
     (the likeliest token first, the tree's order among equals) and it has several, up to
     ``most`` branches start at its first children, each the deepest below its child; else
@@ -136,6 +137,6 @@ def branches(parents, tokens, node, scores, most, depth):
         for j in range(width):
             if v < 0:
                 break
-            out[i, j] = v
+            out[i, j] = picks[v] if picks.shape[0] else v
             v = below[v]
     return out

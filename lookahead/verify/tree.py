@@ -62,13 +62,15 @@ class GuessTree:
         n = kernels.greedy_path(self.tokens, self.parents, preds, out)
         return out[:n].tolist()
 
-    def branches(self, node: int, depth: int, scores: np.ndarray | None = None, most: int = 1) -> np.ndarray:
+    def branches(self, node: int, depth: int, scores=None, most: int = 1, picks=None) -> np.ndarray:
         """The branches below ``node``, as node indices (int64 ``[r, <= depth]``, -1 padded;
-        ``[0, 0]`` for a leaf): with ``scores`` (float32 ``[V]``, the step's at ``node``) up to
-        ``most``, each the deepest below one of ``node``'s likeliest children; else one, the
-        deepest below ``node`` (``kernels.branches``)."""
+        ``[0, 0]`` for a leaf), or as ``picks``' entries (int64 ``[1 + T]``, by node): with
+        ``scores`` (float32 ``[V]``, the step's at ``node``) up to ``most``, each the deepest
+        below one of ``node``'s likeliest children; else one, the deepest below ``node``
+        (``kernels.branches``)."""
         scores = _NO_SCORES if scores is None else scores
-        return kernels.branches(self.parents, self.tokens, node, scores, most, depth)
+        picks = _NONE if picks is None else picks
+        return kernels.branches(self.parents, self.tokens, node, scores, most, depth, picks)
 
 
 _NONE = np.zeros(0, dtype=np.int64)
