@@ -11,7 +11,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from lookahead import distributed
+from lookahead import classic, distributed
 from lookahead.arguments import (
     check_costs,
     check_decoding,
@@ -217,6 +217,7 @@ def custom_generate(
                 keep_scores=keep_scores,
                 keep_logits=keep_logits,
                 streamer=streamer,
+                proposers=classic.proposer_for if config.classic else None,
             )
     finally:
         if streamer is not None:

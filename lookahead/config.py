@@ -39,7 +39,7 @@ class LookaheadConfig:
             pay for their forward by the tokens they are expected to add per unit of
             calibrated forward cost on this model and machine, possibly none: a plain step),
             ``"classic"`` (the published fixed shape every step: the window's levels and every
-            source's whole guesses, no budget; ``lookahead/step/classic.py``) or ``"jacobi"``
+            source's whole guesses, no budget; ``lookahead/classic.py``) or ``"jacobi"``
             (plain Jacobi decoding: one level of guesses iterated to its fixed point, no pool).
         pool_capacity: how many distinct keys the n-gram pool holds (rounded up to a power of
             two). A full neighbourhood evicts its least recently touched key, so memory stays
@@ -156,7 +156,7 @@ class LookaheadConfig:
     @property
     def classic(self) -> bool:
         """Whether steps take a fixed shape (``classic`` or ``jacobi``,
-        ``lookahead/step/classic.py``) instead of the draft budget's choice."""
+        ``lookahead/classic.py``) instead of the draft budget's choice."""
         return self.method != "lookahead"
 
     @property

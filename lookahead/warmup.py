@@ -32,12 +32,12 @@ import time
 from numba import types
 from numba.core.registry import CPUDispatcher
 
-from lookahead.drafts import budget, kernels, suffix_kernels
+from lookahead.drafts import budget_kernels, kernels, suffix_kernels
 from lookahead.sampling import guess_kernels, sort_kernels
 from lookahead.step import kernels as step_kernels
 from lookahead.verify import kernels as tree_kernels
 
-KERNEL_MODULES = (kernels, guess_kernels, suffix_kernels, budget, step_kernels, sort_kernels, tree_kernels)
+KERNEL_MODULES = (kernels, guess_kernels, suffix_kernels, budget_kernels, step_kernels, sort_kernels, tree_kernels)
 
 
 def _array(dtype, ndim: int = 1):
@@ -81,7 +81,7 @@ SIGNATURES = {
     "suffix_kernels.suffix_range": (IDS32, IDS32, IDS32, I64),
     "suffix_kernels.index_draft": (IDS32, IDS32, IDS32, I64, I64, I64, I64, I64, F64, F64, F64, IDS, IDS, REALS),
     "suffix_kernels.tree_rows": (IDS, IDS, I64, IDS, IDS),
-    "budget.add_tree": (
+    "budget_kernels.add_tree": (
         IDS,
         IDS,
         REALS,
@@ -101,12 +101,12 @@ SIGNATURES = {
         IDS,
         IDS,
     ),
-    "budget.merge_rows": (_array(I64, 2), I64, I64, REALS, I64, IDS, IDS, REALS, IDS, REALS, IDS),
-    "budget.choose": (IDS, REALS, I64, REALS, F64, I64, F64, FLAGS),
-    "budget.compact": (FLAGS, I64, IDS, IDS, IDS, REALS, IDS, IDS, IDS, REALS),
-    "budget.chances_of": (REALS, REALS, F64, REALS, F64, REALS),
-    "budget.record": (IDS, IDS, IDS, IDS, REALS, I64, IDS, REALS, REALS, REALS),
-    "budget.off_the_chain": (IDS, REALS, I64),
+    "budget_kernels.merge_rows": (_array(I64, 2), I64, I64, REALS, I64, IDS, IDS, REALS, IDS, REALS, IDS),
+    "budget_kernels.choose": (IDS, REALS, I64, REALS, F64, I64, F64, FLAGS),
+    "budget_kernels.compact": (FLAGS, I64, IDS, IDS, IDS, REALS, IDS, IDS, IDS, REALS),
+    "budget_kernels.chances_of": (REALS, REALS, F64, REALS, F64, REALS),
+    "budget_kernels.record": (IDS, IDS, IDS, IDS, REALS, I64, IDS, REALS, REALS, REALS),
+    "budget_kernels.off_the_chain": (IDS, REALS, I64),
     "kernels.additive_mask": (FLAGS, _array(B, 2), _array(types.int16), _array(types.int16, 2)),
     "kernels.top_k_rows": (_array(types.float32, 3), I64),
 }

@@ -26,7 +26,6 @@ from lookahead.drafts.kept import KeptState
 from lookahead.drafts.suffix import SuffixIndex
 from lookahead.stats import Laps, LookaheadStats
 from lookahead.step.batch import Holes
-from lookahead.step.classic import ClassicProposer
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.host import fetch, needs_widening
 from lookahead.step.proposer import Proposer, plain_plan
@@ -37,10 +36,9 @@ from lookahead.step.static import StaticSteps
 
 
 def proposer_for(config: LookaheadConfig, rule, stats, kept: KeptState, costs: CostCurve | None, index) -> Proposer:
-    """A row's proposer: the classic shape's, or one whose draft budget prices nodes by
-    ``costs`` (proportional when None) plus one row's planning work."""
-    if config.classic:
-        return ClassicProposer(config, rule, stats, kept, None, 0.0, index)
+    """A row's proposer, whose draft budget prices nodes by ``costs`` (proportional when
+    None) plus one row's planning work (the classic shape brings its own:
+    ``lookahead.classic.proposer_for``)."""
     costs = costs if costs is not None else CostCurve.linear()
     return Proposer(config, rule, stats, kept, costs, costs.overhead, index)
 
@@ -61,6 +59,8 @@ class Decoder:
         keep_scores, keep_logits: report the rows' processed scores or raw logits per token;
             then finished rows keep feeding pads to compute them, as ``generate``'s do.
         streamer: gets each token of a single row as it is appended.
+        proposers: makes each row's proposer, called as :func:`proposer_for` (default, for
+            every method but the classic shape's, which ``lookahead.classic`` brings).
     """
 
     def __init__(
@@ -79,7 +79,11 @@ class Decoder:
         keep_scores: bool = False,
         keep_logits: bool = False,
         streamer=None,
+        proposers=None,
     ):
+        if config.classic and proposers is None:
+            raise ValueError(f"method={config.method!r} decodes with lookahead.classic.proposer_for as proposers")
+        self.proposers = proposers if proposers is not None else proposer_for
         self.model, self.config, self.rule, self.stats = model, config, rule, stats
         self.stopping_criteria, self.kept, self.costs = stopping_criteria, kept, costs
         self.static, self.index, self.streamer = static, index, streamer
@@ -121,7 +125,7 @@ class Decoder:
         streamer = self.streamer if rows == 1 else None
         seq = TokenSequence(input_ids[r : r + 1], criteria, streamer, self.stats, self.keep_scores, self.keep_logits)
         # priced by the rows' own curve (a [B, k] forward against a [B, 1] one)
-        proposer = proposer_for(self.config, rule, self.stats, self.kept, self.costs, self.index)
+        proposer = self.proposers(self.config, rule, self.stats, self.kept, self.costs, self.index)
         proposer.start(seq, logits, np.asarray(seq.tokens, dtype=np.int64)[real])
         return Row(seq, proposer, input_ids.shape[1], int(real.argmax()))
 

@@ -1,7 +1,7 @@
 """Positions and the additive 4D attention mask of one step.
 
 The step's input is ``[root | draft]`` (the classic shape adds the window's upper levels
-after the draft: ``classic.py`` draws them), laid out by ``verify.tree.GuessTree.layout``.
+after the draft: ``lookahead/classic.py`` draws them), laid out by ``verify.tree.GuessTree.layout``.
 Draft nodes x (child of the root), y (child of x) and z (child of the root); digits are
 offsets from the root's position, X = may attend (every row also attends the committed cache):
 

@@ -5,7 +5,7 @@ Each step :meth:`Proposer.plan` asks the row's planner (its sources and the draf
 the step is plain decoding), and merges them into the step's guess tree; after the forward
 :meth:`Proposer.verify` walks that tree with the row's rule, appending the model's own
 choices, counts the step and lets the planner learn. The published fixed shape, with the
-window's levels fed every step and no budget, is ``classic.ClassicProposer``.
+window's levels fed every step and no budget, is ``lookahead.classic.ClassicProposer``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 import lookahead
+from lookahead import classic
 from lookahead.checking import examples as testing
 from lookahead.compat import output_cache_field
 from lookahead.step.costmodel import CostCurve
@@ -189,7 +190,9 @@ def test_cache_rows_equal_a_fresh_prefill():
     stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=ids.shape[1] + 200)])
     config = lookahead.LookaheadConfig(window=3, ngram=4, guesses=4, method="classic")
     decoder = Decoder(
-        model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, lookahead.KeptState(), pad=PAD
+        *(model, config, GreedyRule(None, False), lookahead.LookaheadStats(), stopping, lookahead.KeptState()),
+        pad=PAD,
+        proposers=classic.proposer_for,
     )
     decoder.prefill(ids, mask)
     cache = decoder.layout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lookahead.step.classic import classic_layout
+from lookahead.classic import classic_layout
 
 
 def case_layout(levels, width, tree):

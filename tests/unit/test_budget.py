@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead.drafts import budget
-from lookahead.drafts.budget import CONTEXT_PRIORS, COPY_BINS, KEPT_WEIGHT, RATIO_PRIOR, SHARE_BINS, DraftBudget
+from lookahead.drafts import budget_kernels as budget
+from lookahead.drafts.budget import KEPT_WEIGHT, RATIO_PRIOR, DraftBudget
+from lookahead.drafts.budget_kernels import CONTEXT_PRIORS, COPY_BINS, SHARE_BINS
 from lookahead.drafts.source import Bin
 from lookahead.step.costmodel import CostCurve
 

@@ -17,8 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from torch.overrides import TorchFunctionMode
 from transformers.cache_utils import DynamicCache
 
+from lookahead.classic import classic_layout
 from lookahead.step.cache import commit, commit_rows, gather_rows, held_from, prepare_cache, trim_rows
-from lookahead.step.classic import classic_layout
 from lookahead.step.mask import StepMask, attention_groups
 from lookahead.verify.tree import GuessTree
 

@@ -23,7 +23,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 import lookahead
-from lookahead.step.classic import ClassicProposer
+from lookahead.classic import ClassicProposer
 from lookahead.verify import kernels
 
 from tiny_models import tiny_model

@@ -21,10 +21,10 @@ from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 import lookahead
+from lookahead.classic import ClassicProposer, _stack
 from lookahead.drafts import kernels
 from lookahead.sampling.rule import Pick
 from lookahead.stats import LookaheadStats
-from lookahead.step.classic import ClassicProposer, _stack
 from lookahead.step.costmodel import CostCurve
 from lookahead.step.proposer import Plan, Proposer, _common
 from lookahead.step.sequence import TokenSequence

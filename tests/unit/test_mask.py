@@ -19,7 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.step.classic import classic_layout
+from lookahead.classic import classic_layout
 from lookahead.step.host import blocked_words, mask_words
 from lookahead.step.mask import StepMask, batch_masks, stack_steps
 from lookahead.verify.tree import GuessTree

@@ -1,4 +1,4 @@
-"""The Jacobi window (``lookahead.step.classic.JacobiWindow``): each guess stays at the position it
+"""The Jacobi window (``lookahead.classic.JacobiWindow``): each guess stays at the position it
 was made for.
 
 The window keeps ``levels x width`` guesses; level l column i guesses the token ``1 + i + l``
@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lookahead
-from lookahead.step.classic import ClassicProposer, JacobiWindow
+from lookahead.classic import ClassicProposer, JacobiWindow
 
 from tiny_models import tiny_model
 

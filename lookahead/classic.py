@@ -1,11 +1,13 @@
 """The published shape (Fu et al. 2024; LADE): the Jacobi window's levels fed every step.
 
 ``method="classic"`` and ``method="jacobi"`` decode with it, for comparison and as the
-method's definition. Each step feeds ``[root | draft | upper levels]``: the window's level 0
-as the first guess row, every source's whole guesses merged into the same trie (no budget
-chooses among them), then the window's other levels, which the walk does not visit. The
-newest level's predictions become a level, and each column read top to bottom plus its
-prediction is an n-gram for the pool. For W=3 columns and 2 levels (a0..a2, b0..b2), with a
+method's definition. It sits outside the decode core (``step/`` knows only ``[root | draft]``):
+its rows are a :class:`ClassicProposer` the decode loop is handed (:func:`proposer_for`).
+Each step feeds ``[root | draft | upper levels]``: the window's level 0 as the first guess
+row, every source's whole guesses merged into the same trie (no budget chooses among them),
+then the window's other levels, which the walk does not visit. The newest level's
+predictions become a level, and each column read top to bottom plus its prediction is an
+n-gram for the pool. For W=3 columns and 2 levels (a0..a2, b0..b2), with a
 pool row a0 x y; digits are offsets from the root's position, X = may attend (every row also
 attends the committed cache):
 
@@ -28,9 +30,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from lookahead.config import LookaheadConfig
+from lookahead.drafts.kept import KeptState
 from lookahead.step.proposer import Plan, Proposer
 from lookahead.step.sequence import TokenSequence
 from lookahead.verify.tree import GuessTree
+
+
+def proposer_for(config: LookaheadConfig, rule, stats, kept: KeptState, costs, index) -> Proposer:
+    """A row's proposer of the classic shape, as the decode loop asks for one
+    (``step.loop.Decoder(proposers=...)``); ``costs`` unused: no budget prices its nodes."""
+    return ClassicProposer(config, rule, stats, kept, None, 0.0, index)
 
 
 class JacobiWindow:
