@@ -27,6 +27,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -39,17 +40,27 @@ def rss_mb(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
-def start(limit: int) -> tuple[subprocess.Popen, str, int]:
+def copy_lines(stream, log) -> None:
+    for raw in stream:
+        log.write(raw.decode(errors="replace"))
+
+
+def start(limit: int, log) -> tuple[subprocess.Popen, str, int]:
+    """The server, its address, and a thread that copies its stdout (uvicorn's access log and
+    the request lines) to ``log``: a pipe nobody reads fills after a few hundred lines and stops
+    the server inside a log write."""
     argv = ["serve", "--port", "0", "--no-warmup", "--threads", "1", "--max-request-bytes", str(limit)]
     command = [sys.executable, "-m", "lookahead", *argv]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and child.poll() is None:
         if not select.select([child.stdout], [], [], 1)[0]:
             continue
         line = child.stdout.readline().decode()
+        log.write(line)
         if " on http://" in line:
             host, port = line.split(" on http://", 1)[1].split("/")[0].rsplit(":", 1)
+            threading.Thread(target=copy_lines, args=(child.stdout, log), daemon=True).start()
             return child, host, int(port)
     child.kill()
     raise SystemExit(f"lookahead serve did not start (exit status {child.poll()})")
@@ -87,7 +98,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
     limit = args.max_request_bytes
-    child, host, port = start(limit)
+    log = tempfile.NamedTemporaryFile("w", prefix="serve-memory-", suffix=".log", delete=False)
+    child, host, port = start(limit, log)
     figures = {"max_request_bytes": limit, "requests": args.requests}
     try:
         assert post(host, port, json.dumps({"prompt": "def add(a, b):\n", "max_tokens": 8}).encode()) == 200
@@ -118,10 +130,16 @@ def main() -> None:
             near_limit_seconds_mean=sum(seconds) / len(seconds),
             health_polls=len(waits),
             health_slowest_s=max(waits, default=0.0),
+            health_median_s=sorted(waits)[len(waits) // 2] if waits else 0.0,
+            health_p99_s=sorted(waits)[int(len(waits) * 0.99)] if waits else 0.0,
+            health_over_half_s=sum(w > 0.5 for w in waits),
         )
     finally:
         child.terminate()
         child.wait(60)
+        log.close()
+        figures["server_log_bytes"] = os.path.getsize(log.name)
+        print(f"the server's log: {log.name}")
     for name, value in figures.items():
         print(f"{name:28} {value:.1f}" if isinstance(value, float) else f"{name:28} {value}")
     if args.json:
