@@ -29,6 +29,7 @@ MODES = {  # name: bench flags
     "greedy-bf16": ["--dtype", "bfloat16"],
     "sampled-bf16": ["--dtype", "bfloat16", "--sample", "--temperature", "0.7", "--top-p", "0.95"],
     "sampled-fp32": ["--sample", "--temperature", "0.7", "--top-p", "0.95"],
+    "multiturn-fp32": ["--prompts", "multiturn"],  # long contexts, as a server's sessions have
 }
 
 

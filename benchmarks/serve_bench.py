@@ -8,7 +8,9 @@ seconds slows all alike: ``plain`` (transformers' own app
 and managers, as ``transformers serve MODEL`` runs them: this script's ``--serve-plain`` mode),
 ``kept`` (``lookahead serve``: one pool and recent requests' cache entries across requests),
 ``fresh`` (``lookahead serve --no-keep-pool``: nothing kept) and ``pool-only`` (``lookahead serve
---prefix-cache-mib 0``: the pool kept, no cache entries). The servers are started anew for
+--prefix-cache-mib 0``: the pool kept, no cache entries); with ``--base REV``, ``base`` too
+(``lookahead serve`` as ``kept``, from a detached worktree of commit REV: an A/B of two versions
+taking turns in one run). The servers are started anew for
 each workload and round, so every workload starts from an empty pool. An idle server must not
 spin: with ``OMP_WAIT_POLICY=ACTIVE`` its OpenMP threads busy-wait forever and slow the others.
 Workloads (greedy, streamed):
@@ -27,6 +29,7 @@ one ``lookahead serve``, RSS and latency every 25. Run on an otherwise idle mach
 
     python benchmarks/serve_bench.py --threads 2 --rounds 3 --json runs/serve.json
     python benchmarks/serve_bench.py --quick          # a minute: does it work
+    python benchmarks/serve_bench.py --servers kept --base 40589c7 --workloads sessions,overlap
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's package, installed or not
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from ab import worktree  # noqa: E402 - a detached worktree of a commit, made once
+
 # lookahead serve flags; None: --serve-plain
 SERVERS = {"plain": None, "kept": [], "fresh": ["--no-keep-pool"], "pool-only": ["--prefix-cache-mib", "0"]}
 START_TIMEOUT_S = 300
@@ -145,14 +151,19 @@ def run_session(client, model, turns, args, tokenizer) -> list[dict]:
 
 def start(name: str, args) -> tuple[subprocess.Popen, str]:
     """Start server ``name`` on a free loopback port; ``(process, base URL)`` once it listens."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(args.threads))
-    common = ["--port", "0", "--threads", str(args.threads), *(["--model", args.model] if args.model else [])]
-    if SERVERS[name] is None:
+    root = worktree(args.base) if name == "base" else ROOT
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS=str(args.threads))
+    from lookahead.default_model import default_model_path
+
+    # named in full, so that every server (a base checkout's too) answers to the same name
+    common = ["--port", "0", "--threads", str(args.threads), "--model", args.model or str(default_model_path())]
+    flags = SERVERS["kept"] if name == "base" else SERVERS[name]
+    if flags is None:
         command = [sys.executable, __file__, "--serve-plain", *common]
     else:
-        command = [sys.executable, "-m", "lookahead", "serve", *common, *SERVERS[name]]
+        command = [sys.executable, "-m", "lookahead", "serve", *common, *flags]
     log = open(Path(args.logs) / f"{name}.log", "ab")  # noqa: SIM115 - the server writes it until it stops
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, cwd=ROOT)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, cwd=root)
     deadline = time.monotonic() + START_TIMEOUT_S
     while (left := deadline - time.monotonic()) > 0 and select.select([proc.stdout], [], [], left)[0]:
         line = proc.stdout.readline().decode()
@@ -314,6 +325,7 @@ def main() -> None:
     p.add_argument("--single", type=int, default=20, help="one-off requests of 32 new tokens")
     p.add_argument("--workloads", default="sessions,overlap,single")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"of {', '.join(SERVERS)} (plain always runs)")
+    p.add_argument("--base", default=None, metavar="REV", help="also run server 'base': kept, from commit REV")
     p.add_argument("--soak", type=int, default=0, help="then N requests to one lookahead serve: RSS, latency")
     p.add_argument("--context", type=int, default=1024, help="the model's context: longer sessions end early")
     p.add_argument("--logs", default=None, help="folder for the servers' logs (default: a temp folder)")
@@ -328,6 +340,8 @@ def main() -> None:
     unknown = set(args.servers) - set(SERVERS)
     if unknown:
         p.error(f"--servers: unknown {sorted(unknown)}; choose from {', '.join(SERVERS)}")
+    if args.base:
+        args.servers.append("base")
     if args.logs is None:
         import tempfile
 
