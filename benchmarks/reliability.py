@@ -26,13 +26,24 @@ import lookahead
 from lookahead.bench.prompts import load_prompts
 from lookahead.default_model import load_default_model
 from lookahead.drafts.budget import DraftBudget
+from lookahead.drafts.budget_kernels import COPY_BINS
 
 BANDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0001)
 
 
-def candidates(budget: DraftBudget, appended: np.ndarray) -> list[tuple[str, int, float, bool, bool]]:
-    """``(source, depth, predicted, held, fed)`` of every candidate of the budget's last plan
-    that a step could judge: its parent held and a token reached its depth."""
+def bin_label(budget: DraftBudget, b: int) -> str:
+    """A bin's source, and for a row source which of its arrays with its prior rates (the pool
+    proposes two: its context pair's rows and its key's)."""
+    first_row = COPY_BINS * len(budget.scored)
+    if b < first_row:
+        return budget._names[b]
+    row = budget.row_sources[((b - first_row) % budget._shared) // budget.depth]
+    return f"{row.name} ({row.first}, {row.later})"
+
+
+def candidates(budget: DraftBudget, appended: np.ndarray) -> list[tuple[str, int, float, bool, bool, str]]:
+    """``(source, depth, predicted, held, fed, bin)`` of every candidate of the budget's last
+    plan that a step could judge: its parent held and a token reached its depth."""
     tokens, parents, bins, _, cond, keep, _ = budget._arrays[0]
     out, ok = [], {}
     for i in range(budget._count):
@@ -42,7 +53,8 @@ def candidates(budget: DraftBudget, appended: np.ndarray) -> list[tuple[str, int
         held = bool(reached and appended[depth - 1] == tokens[i])
         ok[i] = (held, depth)
         if reached:
-            out.append((budget._names[int(bins[i])], depth, float(cond[i]), held, bool(keep[i])))
+            b = int(bins[i])
+            out.append((budget._names[b], depth, float(cond[i]), held, bool(keep[i]), bin_label(budget, b)))
     return out
 
 
@@ -68,11 +80,13 @@ def collect(limit: int, max_new_tokens: int) -> list[tuple]:
     return seen
 
 
-def by_source(seen: list[tuple], fed_only: bool) -> list[dict]:
+def by_source(seen: list[tuple], fed_only: bool, column: int = 0) -> list[dict]:
+    """Per source (``column`` 0) or per bin (5) and depth."""
     groups = defaultdict(list)
-    for source, depth, predicted, held, fed in seen:
+    for row in seen:
+        depth, predicted, held, fed = row[1:5]
         if fed or not fed_only:
-            groups[(source, min(depth, 4))].append((predicted, held))
+            groups[(row[column], min(depth, 4))].append((predicted, held))
     return [
         {
             "source": s,
@@ -88,7 +102,7 @@ def by_source(seen: list[tuple], fed_only: bool) -> list[dict]:
 def by_band(seen: list[tuple], fed_only: bool) -> list[dict]:
     rows = []
     for lo, hi in zip(BANDS, BANDS[1:]):
-        v = [(p, h) for _, _, p, h, f in seen if lo <= p < hi and (f or not fed_only)]
+        v = [(p, h) for _, _, p, h, f, _ in seen if lo <= p < hi and (f or not fed_only)]
         if v:
             rows.append(
                 {
@@ -118,12 +132,19 @@ def main() -> None:
     torch.set_num_threads(2)
     seen = collect(args.limit, args.max_new_tokens)
     doc = {
-        "fed": {"by_source": by_source(seen, True), "by_band": by_band(seen, True)},
-        "all": {"by_source": by_source(seen, False), "by_band": by_band(seen, False)},
+        which: {
+            "by_source": by_source(seen, which == "fed"),
+            "by_bin": by_source(seen, which == "fed", column=5),
+            "by_band": by_band(seen, which == "fed"),
+        }
+        for which in ("fed", "all")
     }
     for which in ("fed", "all"):
         print(f"\n{which} nodes, per source and depth:")
         print(table(doc[which]["by_source"], ["source", "depth", "nodes", "predicted", "held"]))
+        print(f"\n{which} nodes, per row source's array (its prior rates) and depth:")
+        rows = [r for r in doc[which]["by_bin"] if "(" in r["source"]]
+        print(table(rows, ["source", "depth", "nodes", "predicted", "held"]))
         print(f"\n{which} nodes, per band of predicted chance:")
         print(table(doc[which]["by_band"], ["band", "nodes", "predicted", "held"]))
     if args.json:
