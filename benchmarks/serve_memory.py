@@ -45,8 +45,8 @@ def copy_lines(stream, log) -> None:
         log.write(raw.decode(errors="replace"))
 
 
-def start(limit: int, log) -> tuple[subprocess.Popen, str, int]:
-    """The server, its address, and a thread that copies its stdout (uvicorn's access log and
+def start(limit: int, log) -> tuple[subprocess.Popen, str, int, threading.Thread]:
+    """The server, its address, and the thread that copies its stdout (uvicorn's access log and
     the request lines) to ``log``: a pipe nobody reads fills after a few hundred lines and stops
     the server inside a log write."""
     argv = ["serve", "--port", "0", "--no-warmup", "--threads", "1", "--max-request-bytes", str(limit)]
@@ -60,8 +60,9 @@ def start(limit: int, log) -> tuple[subprocess.Popen, str, int]:
         log.write(line)
         if " on http://" in line:
             host, port = line.split(" on http://", 1)[1].split("/")[0].rsplit(":", 1)
-            threading.Thread(target=copy_lines, args=(child.stdout, log), daemon=True).start()
-            return child, host, int(port)
+            copier = threading.Thread(target=copy_lines, args=(child.stdout, log), daemon=True)
+            copier.start()
+            return child, host, int(port), copier
     child.kill()
     raise SystemExit(f"lookahead serve did not start (exit status {child.poll()})")
 
@@ -99,7 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     limit = args.max_request_bytes
     log = tempfile.NamedTemporaryFile("w", prefix="serve-memory-", suffix=".log", delete=False)
-    child, host, port = start(limit, log)
+    child, host, port, copier = start(limit, log)
     figures = {"max_request_bytes": limit, "requests": args.requests}
     try:
         assert post(host, port, json.dumps({"prompt": "def add(a, b):\n", "max_tokens": 8}).encode()) == 200
@@ -137,6 +138,7 @@ def main() -> None:
     finally:
         child.terminate()
         child.wait(60)
+        copier.join(10)  # the pipe ends with the server
         log.close()
         figures["server_log_bytes"] = os.path.getsize(log.name)
         print(f"the server's log: {log.name}")
