@@ -153,10 +153,7 @@ def start(name: str, args) -> tuple[subprocess.Popen, str]:
     """Start server ``name`` on a free loopback port; ``(process, base URL)`` once it listens."""
     root = worktree(args.base) if name == "base" else ROOT
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS=str(args.threads))
-    from lookahead.default_model import default_model_path
-
-    # named in full, so that every server (a base checkout's too) answers to the same name
-    common = ["--port", "0", "--threads", str(args.threads), "--model", args.model or str(default_model_path())]
+    common = ["--port", "0", "--threads", str(args.threads), "--model", args.model]
     flags = SERVERS["kept"] if name == "base" else SERVERS[name]
     if flags is None:
         command = [sys.executable, __file__, "--serve-plain", *common]
@@ -172,13 +169,14 @@ def start(name: str, args) -> tuple[subprocess.Popen, str]:
         if " on http://" in line:
             # uvicorn's access log goes to stdout: drained, a full pipe would stop the server
             # (after about 1,000 requests, in a soak)
-            threading.Thread(target=_copy_lines, args=(proc.stdout, log), daemon=True).start()
+            threading.Thread(target=copy_lines, args=(proc.stdout, log), daemon=True).start()
             return proc, line.split(" on ", 1)[1].split()[0]
     proc.kill()
     raise RuntimeError(f"server {name} did not start; see {log.name}")
 
 
-def _copy_lines(source, log) -> None:
+def copy_lines(source, log) -> None:
+    """Copy a server's output to ``log`` (binary) until the server closes it."""
     for line in source:
         log.write(line)
         log.flush()
@@ -351,7 +349,8 @@ def main() -> None:
 
     from lookahead.default_model import default_model_path
 
-    model = args.model or str(default_model_path())
+    # named in full, so that every server (a base checkout's too) answers to the same name
+    model = args.model = args.model or str(default_model_path())
     tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
     print(f"servers' logs: {args.logs}")
     report = {"args": vars(args), "workloads": bench(args, tokenizer, model)}

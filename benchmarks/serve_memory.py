@@ -31,6 +31,8 @@ import tempfile
 import threading
 import time
 
+from serve_bench import copy_lines  # this folder is the script's: on sys.path
+
 START_TIMEOUT_S, REQUEST_TIMEOUT_S = 300, 600
 
 
@@ -38,11 +40,6 @@ def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         line = next(line for line in fh if line.startswith("VmRSS:"))
     return int(line.split()[1]) / 1024
-
-
-def copy_lines(stream, log) -> None:
-    for raw in stream:
-        log.write(raw.decode(errors="replace"))
 
 
 def start(limit: int, log) -> tuple[subprocess.Popen, str, int, threading.Thread]:
@@ -56,8 +53,9 @@ def start(limit: int, log) -> tuple[subprocess.Popen, str, int, threading.Thread
     while time.monotonic() < deadline and child.poll() is None:
         if not select.select([child.stdout], [], [], 1)[0]:
             continue
-        line = child.stdout.readline().decode()
-        log.write(line)
+        raw = child.stdout.readline()
+        log.write(raw)
+        line = raw.decode()
         if " on http://" in line:
             host, port = line.split(" on http://", 1)[1].split("/")[0].rsplit(":", 1)
             copier = threading.Thread(target=copy_lines, args=(child.stdout, log), daemon=True)
@@ -99,7 +97,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
     limit = args.max_request_bytes
-    log = tempfile.NamedTemporaryFile("w", prefix="serve-memory-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile("wb", prefix="serve-memory-", suffix=".log", delete=False)
     child, host, port, copier = start(limit, log)
     figures = {"max_request_bytes": limit, "requests": args.requests}
     try:
@@ -123,6 +121,7 @@ def main() -> None:
             sender.join()
             seconds.append(time.perf_counter() - started)
         time.sleep(1)  # the memory is handed back just after each answer
+        ordered = sorted(waits) or [0.0]
         figures.update(
             after_near_limit_mb=rss_mb(child.pid),
             near_limit_peak_mb=peak,
@@ -130,9 +129,9 @@ def main() -> None:
             near_limit_bytes=len(near),
             near_limit_seconds_mean=sum(seconds) / len(seconds),
             health_polls=len(waits),
-            health_slowest_s=max(waits, default=0.0),
-            health_median_s=sorted(waits)[len(waits) // 2] if waits else 0.0,
-            health_p99_s=sorted(waits)[int(len(waits) * 0.99)] if waits else 0.0,
+            health_slowest_s=ordered[-1],
+            health_median_s=ordered[len(ordered) // 2],
+            health_p99_s=ordered[int(len(ordered) * 0.99)],
             health_over_half_s=sum(w > 0.5 for w in waits),
         )
     finally:
